@@ -1,0 +1,67 @@
+{{/*
+The sidecar's config file (SPEC "Config file"), from .values.config. Empty strings mean "the
+binary's default" and are left out, so the file holds only what was chosen.
+Argument: (dict "root" $ "values" <values>).
+*/}}
+{{- define "redlock-elector.configFile" -}}
+{{- $c := .values.config -}}
+{{- $ctx := . -}}
+{{- with $c.identity }}
+identity: {{ . | quote }}
+{{- end }}
+lease:
+  name: {{ include "redlock-elector.leaseName" . | quote }}
+  ttl: {{ $c.lease.ttl | quote }}
+  {{- with $c.lease.renewEvery }}
+  renewEvery: {{ . | quote }}
+  {{- end }}
+  retryEvery: {{ $c.lease.retryEvery | quote }}
+  driftFactor: {{ $c.lease.driftFactor }}
+  keyPrefix: {{ $c.lease.keyPrefix | quote }}
+redis:
+  endpoints:
+    {{- include "redlock-elector.redisEndpoints" . | nindent 4 }}
+  timeout: {{ $c.redis.timeout | quote }}
+  connectTimeout: {{ $c.redis.connectTimeout | quote }}
+  {{- with $c.redis.username }}
+  username: {{ . | quote }}
+  {{- end }}
+  {{- if and .values.redisAuth.existingSecret .values.redisAuth.mountAsFile }}
+  passwordFile: {{ printf "%s/%s" (include "redlock-elector.passwordDir" .) .values.redisAuth.key | quote }}
+  {{- end }}
+  {{- if or $c.redis.tls.caFile $c.redis.tls.insecureSkipVerify }}
+  tls:
+    {{- with $c.redis.tls.caFile }}
+    caFile: {{ . | quote }}
+    {{- end }}
+    insecureSkipVerify: {{ $c.redis.tls.insecureSkipVerify }}
+  {{- end }}
+api:
+  listen: {{ printf "127.0.0.1:%d" (int .values.sidecar.apiPort) | quote }}
+ops:
+  listen: {{ printf "0.0.0.0:%d" (int .values.sidecar.opsPort) | quote }}
+kubernetes:
+  enabled: {{ $c.kubernetes.enabled }}
+  label:
+    key: {{ $c.kubernetes.label.key | quote }}
+    leader: {{ $c.kubernetes.label.leader | quote }}
+    follower: {{ $c.kubernetes.label.follower | quote }}
+  events: {{ $c.kubernetes.events }}
+log:
+  format: {{ $c.log.format }}
+  level: {{ $c.log.level }}
+{{- end -}}
+
+{{/* The ConfigMap holding config.yaml. Argument: the context dict. */}}
+{{- define "redlock-elector.configMap" -}}
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ include "redlock-elector.configMapName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "redlock-elector.labels" . | nindent 4 }}
+data:
+  config.yaml: |
+    {{- include "redlock-elector.configFile" . | trim | nindent 4 }}
+{{- end -}}

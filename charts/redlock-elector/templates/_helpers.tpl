@@ -1,0 +1,128 @@
+{{/*
+Naming and labels.
+
+Every named template of this chart takes ONE context argument, a dict:
+  (dict "root" $ "values" <this chart's values>)
+- inside this chart:            (dict "root" $ "values" .Values)
+- from a parent chart that depends on it under the alias `elector`:
+                                (dict "root" $ "values" .Values.elector)
+`root` supplies .Release and .Chart; `values` supplies every setting, so the parent renders
+exactly what the dependency itself renders.
+*/}}
+
+{{- define "redlock-elector.name" -}}
+{{- default "redlock-elector" .values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Full name: <release>-redlock-elector, or the release name if it already contains the chart
+name, or fullnameOverride. Truncated to 52 characters so suffixes (-leader, -redis) fit in 63.
+*/}}
+{{- define "redlock-elector.fullname" -}}
+{{- if .values.fullnameOverride -}}
+{{- .values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "redlock-elector.name" . -}}
+{{- if contains $name .root.Release.Name -}}
+{{- .root.Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .root.Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The lease name: config.lease.name, else the full name. */}}
+{{- define "redlock-elector.leaseName" -}}
+{{- default (include "redlock-elector.fullname" .) .values.config.lease.name -}}
+{{- end -}}
+
+{{/*
+This chart's version. A constant rather than .Chart.AppVersion because, included from a parent
+chart, .root.Chart is the PARENT's chart. tests/packaging checks it equals Chart.yaml.
+*/}}
+{{- define "redlock-elector.version" -}}
+0.1.0
+{{- end -}}
+
+{{- define "redlock-elector.chartLabel" -}}
+{{- printf "redlock-elector-%s" (include "redlock-elector.version" .) | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels that select this release's pods (stable: used in workload selectors). */}}
+{{- define "redlock-elector.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "redlock-elector.name" . }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "redlock-elector.labels" -}}
+{{ include "redlock-elector.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "redlock-elector.version" . | quote }}
+app.kubernetes.io/part-of: redlock-elector
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ include "redlock-elector.chartLabel" . }}
+{{- with .values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Labels the pod template must carry: the lease label (pods of one lease are recognised by it;
+the leader Service and the sidecar's demote-before-promote select on it).
+The sidecar itself adds/changes redlock-elector/role at run time.
+*/}}
+{{- define "redlock-elector.podLabels" -}}
+redlock-elector/lease: {{ include "redlock-elector.leaseName" . | quote }}
+{{- end -}}
+
+{{- define "redlock-elector.serviceAccountName" -}}
+{{- if .values.serviceAccount.create -}}
+{{- default (include "redlock-elector.fullname" .) .values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "redlock-elector.configMapName" -}}
+{{- printf "%s-config" (include "redlock-elector.fullname" .) -}}
+{{- end -}}
+
+{{- define "redlock-elector.leaderServiceName" -}}
+{{- default (printf "%s-leader" (include "redlock-elector.fullname" .)) .values.leaderService.name -}}
+{{- end -}}
+
+{{- define "redlock-elector.redisName" -}}
+{{- printf "%s-redis" (include "redlock-elector.fullname" .) -}}
+{{- end -}}
+
+{{- define "redlock-elector.image" -}}
+{{- $img := .values.image -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (default (include "redlock-elector.version" .) $img.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Redis endpoints: config.redis.endpoints, else the demo instances when redis.enabled.
+Output: a YAML list.
+*/}}
+{{- define "redlock-elector.redisEndpoints" -}}
+{{- $eps := .values.config.redis.endpoints -}}
+{{- if and (not $eps) .values.redis.enabled -}}
+{{- $name := include "redlock-elector.redisName" . -}}
+{{- range $i, $_ := until (int .values.redis.instances) }}
+- {{ printf "redis://%s-%d.%s:6379" $name $i $name }}
+{{- end }}
+{{- else if $eps }}
+{{- toYaml $eps }}
+{{- else -}}
+{{- fail "redlock-elector: set config.redis.endpoints (your Redis masters) or redis.enabled=true (demo instances)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Mount path of the password file when redisAuth.mountAsFile. */}}
+{{- define "redlock-elector.passwordDir" -}}
+/etc/redlock-elector/redis-auth
+{{- end -}}

@@ -1,0 +1,79 @@
+{{/*
+RBAC for the sidecar: exactly what the binary uses, in its own namespace only.
+- pods get/list/patch: label its own pod, find and demote a stale leader of the same lease;
+- events create/patch, core and events.k8s.io: leadership Events (patch when aggregated).
+tests/packaging/expected-rbac.yaml holds the same rules; the packaging tests compare them.
+Argument: the context dict.
+*/}}
+{{- define "redlock-elector.roleRules" -}}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
+
+{{- define "redlock-elector.serviceAccount" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "redlock-elector.serviceAccountName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "redlock-elector.labels" . | nindent 4 }}
+  {{- with .values.serviceAccount.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{- define "redlock-elector.role" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ include "redlock-elector.fullname" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "redlock-elector.labels" . | nindent 4 }}
+rules:
+  {{- include "redlock-elector.roleRules" . | nindent 2 }}
+{{- end -}}
+
+{{- define "redlock-elector.roleBinding" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ include "redlock-elector.fullname" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "redlock-elector.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ include "redlock-elector.fullname" . }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "redlock-elector.serviceAccountName" . }}
+    namespace: {{ .root.Release.Namespace }}
+{{- end -}}
+
+{{/*
+All RBAC objects (ServiceAccount if serviceAccount.create, Role + RoleBinding if rbac.create)
+as one multi-document string.
+*/}}
+{{- define "redlock-elector.rbac" -}}
+{{- if .values.serviceAccount.create }}
+---
+{{ include "redlock-elector.serviceAccount" . }}
+{{- end }}
+{{- if .values.rbac.create }}
+---
+{{ include "redlock-elector.role" . }}
+---
+{{ include "redlock-elector.roleBinding" . }}
+{{- end }}
+{{- end -}}

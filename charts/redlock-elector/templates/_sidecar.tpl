@@ -1,0 +1,130 @@
+{{/*
+The sidecar, as pieces of a pod spec. Public API for parent charts (see docs/helm.md):
+
+  redlock-elector.sidecar.container   the container, one list item ("- name: ...")
+  redlock-elector.initContainers      the container if sidecar.native (else empty)
+  redlock-elector.containers          the container if not sidecar.native (else empty)
+  redlock-elector.sidecar.env         its env list (downward API, password secretKeyRef)
+  redlock-elector.sidecar.volumes     the pod volumes it needs (list items)
+  redlock-elector.podLabels           labels the pod template must carry (lease label)
+  redlock-elector.podAnnotations      checksum/config, to roll pods when the config changes
+  redlock-elector.serviceAccountName  the ServiceAccount the pod must run as
+
+Each takes (dict "root" $ "values" <values>).
+*/}}
+
+{{- define "redlock-elector.sidecar.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- with .values.redisAuth }}
+{{- if and .existingSecret (not .mountAsFile) }}
+- name: REDLOCK_ELECTOR_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .key }}
+{{- end }}
+{{- end }}
+{{- with .values.sidecar.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "redlock-elector.sidecar.volumes" -}}
+- name: redlock-elector-config
+  configMap:
+    name: {{ include "redlock-elector.configMapName" . }}
+{{- with .values.redisAuth }}
+{{- if and .existingSecret .mountAsFile }}
+- name: redlock-elector-redis-auth
+  secret:
+    secretName: {{ .existingSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ .key }}
+        path: {{ .key }}
+{{- end }}
+{{- end }}
+{{- with .values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "redlock-elector.sidecar.probe" -}}
+{{- $p := index . 0 -}}
+{{- $path := index . 1 -}}
+{{- $port := index . 2 -}}
+httpGet:
+  path: {{ $path }}
+  port: {{ $port }}
+periodSeconds: {{ $p.periodSeconds }}
+timeoutSeconds: {{ $p.timeoutSeconds }}
+failureThreshold: {{ $p.failureThreshold }}
+{{- end -}}
+
+{{- define "redlock-elector.sidecar.container" -}}
+{{- $s := .values.sidecar -}}
+- name: {{ $s.name }}
+  image: {{ include "redlock-elector.image" . | quote }}
+  imagePullPolicy: {{ .values.image.pullPolicy }}
+  {{- if $s.native }}
+  # Native sidecar: starts before the app containers and stops after them.
+  restartPolicy: Always
+  {{- end }}
+  args:
+    - --config
+    - /etc/redlock-elector/config.yaml
+    {{- with $s.extraArgs }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  env:
+    {{- include "redlock-elector.sidecar.env" . | nindent 4 }}
+  ports:
+    - name: {{ $s.opsPortName }}
+      containerPort: {{ $s.opsPort }}
+      protocol: TCP
+  startupProbe:
+    {{- include "redlock-elector.sidecar.probe" (list $s.startupProbe "/readyz" $s.opsPortName) | nindent 4 }}
+  livenessProbe:
+    {{- include "redlock-elector.sidecar.probe" (list $s.livenessProbe "/healthz" $s.opsPortName) | nindent 4 }}
+  readinessProbe:
+    {{- include "redlock-elector.sidecar.probe" (list $s.readinessProbe $s.readinessPath $s.opsPortName) | nindent 4 }}
+  resources:
+    {{- toYaml $s.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml $s.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: redlock-elector-config
+      mountPath: /etc/redlock-elector
+      readOnly: true
+    {{- if and .values.redisAuth.existingSecret .values.redisAuth.mountAsFile }}
+    - name: redlock-elector-redis-auth
+      mountPath: {{ include "redlock-elector.passwordDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- with .values.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end -}}
+
+{{- define "redlock-elector.initContainers" -}}
+{{- if .values.sidecar.native -}}
+{{ include "redlock-elector.sidecar.container" . }}
+{{- end -}}
+{{- end -}}
+
+{{- define "redlock-elector.containers" -}}
+{{- if not .values.sidecar.native -}}
+{{ include "redlock-elector.sidecar.container" . }}
+{{- end -}}
+{{- end -}}
+
+{{- define "redlock-elector.podAnnotations" -}}
+checksum/redlock-elector-config: {{ include "redlock-elector.configFile" . | trim | sha256sum }}
+{{- end -}}
