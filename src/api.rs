@@ -1,0 +1,269 @@
+//! The app-facing API (`api.listen`, localhost by default).
+//!
+//! - `GET /leader` — the current [`View`] as JSON.
+//! - `GET /leader?wait=30s&version=N` — long-poll: blocks until the version differs from N (or
+//!   the wait, capped at 5m, runs out), then answers as plain `/leader`.
+//! - `GET /leader/watch` — Server-Sent Events: the current state at connect, then one event per
+//!   change.
+//! - `POST /leader/step-down` — release and sit out a cool-down: 200 if it was leader, else 409.
+//!
+//! Every answer is evaluated against the deadline at the moment of answering.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{Instant, sleep_until};
+use warp::http::StatusCode;
+use warp::{Filter, Rejection, Reply};
+
+use crate::elector::{StepDown, StepDownRequest};
+use crate::leadership::{Leadership, View};
+
+/// Longest accepted long-poll.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// What every handler reads.
+#[derive(Clone)]
+pub struct Shared {
+    /// Lease name for the answers.
+    pub lease: Arc<str>,
+    /// Own identity for the answers.
+    pub identity: Arc<str>,
+    /// Leadership as the elector publishes it.
+    pub leadership: watch::Receiver<Leadership>,
+}
+
+impl Shared {
+    /// The answer right now.
+    pub fn view(&self) -> View {
+        self.leadership
+            .borrow()
+            .view(&self.lease, &self.identity, Instant::now())
+    }
+}
+
+/// Wait until the view's version differs from `version` or `until` passes; returns the view then.
+pub async fn wait_for_change(shared: &Shared, version: u64, until: Instant) -> View {
+    let mut rx = shared.leadership.clone();
+    loop {
+        let (view, deadline) = {
+            let s = rx.borrow_and_update();
+            (
+                s.view(&shared.lease, &shared.identity, Instant::now()),
+                s.term.map(|t| t.deadline),
+            )
+        };
+        if view.version != version || Instant::now() >= until {
+            return view;
+        }
+        // The view also changes, without a publish, when the term's deadline passes.
+        let wake = deadline.map_or(until, |d| d.min(until));
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return view },
+            _ = sleep_until(wake) => {}
+        }
+    }
+}
+
+/// The stream of views for SSE: the current one, then each one with a new version.
+pub fn changes(shared: Shared) -> impl Stream<Item = View> {
+    futures::stream::unfold((shared, None::<u64>), |(shared, last)| async move {
+        let view = match last {
+            None => shared.view(),
+            Some(v) => {
+                wait_for_change(
+                    &shared,
+                    v,
+                    Instant::now() + Duration::from_secs(86_400 * 365),
+                )
+                .await
+            }
+        };
+        if last == Some(view.version) {
+            // The publisher went away; end the stream.
+            return None;
+        }
+        let v = view.version;
+        Some((view, (shared, Some(v))))
+    })
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> warp::reply::Response {
+    warp::reply::with_status(
+        warp::reply::json(&json!({ "error": message.into() })),
+        status,
+    )
+    .into_response()
+}
+
+/// Parse the long-poll parameters. `Ok(None)` means answer at once.
+pub fn parse_wait(q: &HashMap<String, String>) -> Result<Option<(Duration, Option<u64>)>, String> {
+    let version = match q.get("version") {
+        None => None,
+        Some(v) => Some(
+            v.parse::<u64>()
+                .map_err(|_| format!("version: {v:?} is not a non-negative integer"))?,
+        ),
+    };
+    let Some(w) = q.get("wait") else {
+        return Ok(None);
+    };
+    let wait = humantime::parse_duration(w)
+        .or_else(|_| w.parse::<u64>().map(Duration::from_secs))
+        .map_err(|_| format!("wait: {w:?} is not a duration (e.g. \"30s\")"))?;
+    Ok(Some((wait.min(MAX_WAIT), version)))
+}
+
+async fn get_leader(
+    q: HashMap<String, String>,
+    shared: Shared,
+) -> Result<warp::reply::Response, Infallible> {
+    match parse_wait(&q) {
+        Err(e) => Ok(error(StatusCode::BAD_REQUEST, e)),
+        Ok(None) => Ok(warp::reply::json(&shared.view()).into_response()),
+        Ok(Some((wait, version))) => {
+            let version = version.unwrap_or_else(|| shared.view().version);
+            let view = wait_for_change(&shared, version, Instant::now() + wait).await;
+            Ok(warp::reply::json(&view).into_response())
+        }
+    }
+}
+
+async fn post_step_down(
+    shared: Shared,
+    tx: mpsc::Sender<StepDownRequest>,
+) -> Result<warp::reply::Response, Infallible> {
+    let (reply_tx, reply_rx) = oneshot::channel();
+    if tx.send(reply_tx).await.is_err() {
+        return Ok(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the election loop is not running",
+        ));
+    }
+    match reply_rx.await {
+        Ok(StepDown::Released) => Ok(warp::reply::json(&shared.view()).into_response()),
+        Ok(StepDown::NotLeader) => Ok(error(StatusCode::CONFLICT, "not leader")),
+        Err(_) => Ok(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the election loop is not running",
+        )),
+    }
+}
+
+async fn recover(r: Rejection) -> Result<warp::reply::Response, Infallible> {
+    if r.is_not_found() {
+        Ok(error(StatusCode::NOT_FOUND, "not found"))
+    } else if r.find::<warp::reject::MethodNotAllowed>().is_some() {
+        Ok(error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"))
+    } else if r.find::<warp::reject::InvalidQuery>().is_some() {
+        Ok(error(StatusCode::BAD_REQUEST, "malformed query string"))
+    } else {
+        Ok(error(StatusCode::BAD_REQUEST, "bad request"))
+    }
+}
+
+/// All routes of the API.
+pub fn routes(
+    shared: Shared,
+    step_down: mpsc::Sender<StepDownRequest>,
+) -> impl Filter<Extract = (warp::reply::Response,), Error = Infallible> + Clone {
+    let with_shared = {
+        let s = shared.clone();
+        warp::any().map(move || s.clone())
+    };
+    let leader = warp::path!("leader")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with_shared.clone())
+        .and_then(get_leader);
+    let watch = warp::path!("leader" / "watch")
+        .and(warp::get())
+        .and(with_shared.clone())
+        .map(|shared: Shared| {
+            use futures::StreamExt;
+            let events = changes(shared).map(|v| {
+                Ok::<_, Infallible>(
+                    warp::sse::Event::default()
+                        .id(v.version.to_string())
+                        .json_data(&v)
+                        .unwrap_or_default(),
+                )
+            });
+            warp::sse::reply(
+                warp::sse::keep_alive()
+                    .interval(Duration::from_secs(15))
+                    .stream(events),
+            )
+            .into_response()
+        });
+    let step = warp::path!("leader" / "step-down")
+        .and(warp::post())
+        .and(with_shared)
+        .and(warp::any().map(move || step_down.clone()))
+        .and_then(post_step_down);
+    leader
+        .or(watch)
+        .unify()
+        .or(step)
+        .unify()
+        .recover(recover)
+        .unify()
+}
+
+/// Serve the API on `listener` until the process ends.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Shared,
+    step_down: mpsc::Sender<StepDownRequest>,
+) {
+    warp::serve(routes(shared, step_down))
+        .incoming(listener)
+        .run()
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn wait_parameters() {
+        assert_eq!(parse_wait(&q(&[])), Ok(None));
+        assert_eq!(parse_wait(&q(&[("version", "3")])), Ok(None));
+        assert_eq!(
+            parse_wait(&q(&[("wait", "2s"), ("version", "3")])),
+            Ok(Some((Duration::from_secs(2), Some(3))))
+        );
+        assert_eq!(
+            parse_wait(&q(&[("wait", "1h")])),
+            Ok(Some((MAX_WAIT, None)))
+        );
+        assert_eq!(
+            parse_wait(&q(&[("wait", "5")])),
+            Ok(Some((Duration::from_secs(5), None)))
+        );
+        assert!(
+            parse_wait(&q(&[("wait", "soon")]))
+                .unwrap_err()
+                .starts_with("wait:")
+        );
+        assert!(
+            parse_wait(&q(&[("wait", "1s"), ("version", "-1")]))
+                .unwrap_err()
+                .starts_with("version:")
+        );
+        assert_eq!(parse_wait(&q(&[("other", "x")])), Ok(None));
+    }
+}

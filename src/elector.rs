@@ -1,0 +1,405 @@
+//! The follower ⇄ leader state machine and its timers. Owns the truth about leadership and
+//! publishes it as a `watch` of [`Leadership`]; everything else only reads that channel.
+//!
+//! Follower: attempt, then wait a jittered `retryEvery` (or until a quorum of keys can expire,
+//! or until a release notice arrives) and attempt again. Leader: renew every `renewEvery`; step
+//! down exactly at the deadline if no renewal reached a quorum, on `POST /leader/step-down`, on
+//! a stall, or on shutdown, then release with a notice so a follower takes over at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::time::{Instant, sleep_until};
+
+use crate::leadership::{Leadership, Term};
+use crate::metrics::Metrics;
+use crate::redlock::{Acquire, Lease, Redlock};
+
+/// Why this sidecar stopped leading (for logs and Kubernetes Events).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepDownReason {
+    /// `POST /leader/step-down`.
+    Requested,
+    /// The deadline passed without a renewal reaching a quorum.
+    RenewalFailed,
+    /// The election loop's timer slipped (CPU starvation, pause).
+    Stalled,
+    /// SIGTERM / SIGINT.
+    Shutdown,
+}
+
+impl StepDownReason {
+    /// A short machine-readable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepDownReason::Requested => "step-down",
+            StepDownReason::RenewalFailed => "renewal-failed",
+            StepDownReason::Stalled => "stalled",
+            StepDownReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// Answer to a step-down request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StepDown {
+    /// Was leader; released.
+    Released,
+    /// Was not leader.
+    NotLeader,
+}
+
+/// A step-down request with its reply channel.
+pub type StepDownRequest = oneshot::Sender<StepDown>;
+
+/// Liveness of the election loop, read by `/healthz`.
+pub struct LoopHealth {
+    /// Set while the loop's timers slip beyond the margin; cleared after a second on time.
+    pub stalled: AtomicBool,
+    /// Set while the election task runs.
+    pub alive: AtomicBool,
+    /// Counts detected stalls; the leader loop watches it to step down.
+    stall_seq: watch::Sender<u64>,
+}
+
+impl Default for LoopHealth {
+    fn default() -> Self {
+        LoopHealth {
+            stalled: AtomicBool::new(false),
+            alive: AtomicBool::new(false),
+            stall_seq: watch::channel(0).0,
+        }
+    }
+}
+
+impl LoopHealth {
+    /// Whether `/healthz` should answer 200.
+    pub fn healthy(&self) -> bool {
+        self.alive.load(Ordering::SeqCst) && !self.stalled.load(Ordering::SeqCst)
+    }
+}
+
+/// Timing settings of the state machine.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// Lease ttl (also the cool-down after a requested step-down).
+    pub ttl: Duration,
+    /// Renewal period.
+    pub renew_every: Duration,
+    /// Base follower retry period.
+    pub retry_every: Duration,
+    /// Timer slip beyond which the loop counts as stalled.
+    pub stall_margin: Duration,
+}
+
+impl Timing {
+    /// Derive the stall margin from the renewal period: half of it, at least 50 ms.
+    pub fn new(ttl: Duration, renew_every: Duration, retry_every: Duration) -> Self {
+        Timing {
+            ttl,
+            renew_every,
+            retry_every,
+            stall_margin: (renew_every / 2).max(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// The election state machine.
+pub struct Elector {
+    /// Protocol over the nodes.
+    redlock: Arc<Redlock>,
+    /// This sidecar's identity.
+    identity: String,
+    /// Timers.
+    timing: Timing,
+    /// Where leadership is published.
+    tx: watch::Sender<Leadership>,
+    /// Step-down requests from the API.
+    requests: mpsc::Receiver<StepDownRequest>,
+    /// Release notices from the subscriptions.
+    notice: Arc<Notify>,
+    /// Loop liveness and stall flag.
+    health: Arc<LoopHealth>,
+    /// Counters.
+    metrics: Metrics,
+    /// Why the last term ended; read by publishers that report reasons.
+    reason_tx: watch::Sender<Option<StepDownReason>>,
+}
+
+/// Handles the rest of the process needs.
+pub struct Handles {
+    /// Leadership state.
+    pub leadership: watch::Receiver<Leadership>,
+    /// Why the last term ended.
+    pub reason: watch::Receiver<Option<StepDownReason>>,
+    /// Send step-down requests.
+    pub step_down: mpsc::Sender<StepDownRequest>,
+    /// Loop health for `/healthz`.
+    pub health: Arc<LoopHealth>,
+    /// Notify on release notices (given to the subscription tasks).
+    pub notice: Arc<Notify>,
+}
+
+impl Elector {
+    /// Create the elector and the handles the publishers use.
+    pub fn new(
+        redlock: Arc<Redlock>,
+        identity: String,
+        timing: Timing,
+        metrics: Metrics,
+    ) -> (Self, Handles) {
+        let (tx, rx) = watch::channel(Leadership::default());
+        let (reason_tx, reason_rx) = watch::channel(None);
+        let (req_tx, req_rx) = mpsc::channel(16);
+        let health = Arc::new(LoopHealth::default());
+        let notice = Arc::new(Notify::new());
+        let elector = Elector {
+            redlock,
+            identity,
+            timing,
+            tx,
+            requests: req_rx,
+            notice: notice.clone(),
+            health: health.clone(),
+            metrics,
+            reason_tx,
+        };
+        let handles = Handles {
+            leadership: rx,
+            reason: reason_rx,
+            step_down: req_tx,
+            health,
+            notice,
+        };
+        (elector, handles)
+    }
+
+    fn publish(&self, term: Option<Term>, leader: Option<String>) {
+        self.tx.send_if_modified(|s| {
+            let next = s.with(term, leader);
+            let changed = next != *s;
+            *s = next;
+            changed
+        });
+    }
+
+    /// Run until `stop` turns true; on the way out, release the lease if held.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        self.health.alive.store(true, Ordering::SeqCst);
+        let _alive = AliveGuard(self.health.clone());
+        let mut next_attempt = Instant::now();
+        let mut fast_streak = 0u32;
+        let mut cooldown_until: Option<Instant> = None;
+        loop {
+            // ---- follower: wait for the next attempt ----
+            let woke_by_notice = tokio::select! {
+                biased;
+                _ = stop.changed() => return,
+                Some(req) = self.requests.recv() => {
+                    let _ = req.send(StepDown::NotLeader);
+                    continue;
+                }
+                _ = self.notice.notified() => true,
+                _ = sleep_until(next_attempt) => false,
+            };
+            if *stop.borrow() {
+                return;
+            }
+            if cooldown_until.is_some_and(|c| Instant::now() < c) {
+                next_attempt = cooldown_until.unwrap_or_else(Instant::now);
+                continue;
+            }
+            if self.health.stalled.load(Ordering::SeqCst) {
+                next_attempt = Instant::now() + Duration::from_millis(100);
+                continue;
+            }
+            if woke_by_notice {
+                // The holder released: it is no longer the leader. A little jitter keeps several
+                // followers from splitting the vote.
+                let cur = self.tx.borrow().leader.clone();
+                if cur.is_some() && cur.as_deref() != Some(&self.identity) {
+                    self.publish(None, None);
+                }
+                let j = rand::rng().random_range(0..2_000u64);
+                tokio::time::sleep(Duration::from_micros(j)).await;
+            }
+            let outcome = self.redlock.acquire(&self.identity).await;
+            let retry = self.jittered_retry();
+            match outcome {
+                Acquire::Acquired(lease) => {
+                    fast_streak = 0;
+                    let reason = self.lead(lease, &mut stop).await;
+                    self.reason_tx.send_replace(Some(reason));
+                    if reason == StepDownReason::Shutdown {
+                        return;
+                    }
+                    if reason == StepDownReason::Requested {
+                        cooldown_until = Some(Instant::now() + self.timing.ttl);
+                    }
+                    next_attempt = Instant::now() + self.jittered_retry();
+                }
+                Acquire::Contended(obs) => {
+                    fast_streak = 0;
+                    self.publish(None, obs.holder);
+                    // Wake when a quorum of keys can have expired (a crashed leader), if sooner.
+                    let at_expiry = obs
+                        .free_in
+                        .map(|d| d + Duration::from_micros(rand::rng().random_range(1_000..8_000)));
+                    next_attempt = Instant::now() + at_expiry.map_or(retry, |d| d.min(retry));
+                }
+                Acquire::NoQuorum(obs) => {
+                    if obs.holder.is_none() {
+                        let cur = self.tx.borrow().leader.clone();
+                        if cur.is_some() {
+                            self.publish(None, None);
+                        }
+                    }
+                    // A split vote: every loser already released, so try again soon, a few times.
+                    fast_streak += 1;
+                    next_attempt = if fast_streak <= 3 {
+                        Instant::now()
+                            + Duration::from_micros(rand::rng().random_range(1_000..15_000))
+                    } else {
+                        Instant::now() + retry
+                    };
+                }
+                Acquire::Error => {
+                    fast_streak = 0;
+                    next_attempt = Instant::now() + retry;
+                }
+            }
+        }
+    }
+
+    fn jittered_retry(&self) -> Duration {
+        self.timing
+            .retry_every
+            .mul_f64(rand::rng().random_range(0.75..1.25))
+    }
+
+    /// Lead until a reason to stop; always ends with the step-down published and the lease
+    /// released.
+    async fn lead(&mut self, mut lease: Lease, stop: &mut watch::Receiver<bool>) -> StepDownReason {
+        self.metrics.leader_transitions.inc();
+        self.publish(
+            Some(Term {
+                token: lease.token,
+                deadline: lease.deadline,
+            }),
+            Some(self.identity.clone()),
+        );
+        tracing::info!(
+            token = lease.token,
+            valid_ms = lease
+                .deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64,
+            "became leader"
+        );
+        let mut next_renew = Instant::now() + self.timing.renew_every;
+        let mut stalls = self.health.stall_seq.subscribe();
+        stalls.borrow_and_update();
+        let reason = loop {
+            let deadline = lease.deadline;
+            tokio::select! {
+                biased;
+                _ = sleep_until(deadline) => break StepDownReason::RenewalFailed,
+                _ = stop.changed() => break StepDownReason::Shutdown,
+                _ = stalls.changed() => break StepDownReason::Stalled,
+                Some(req) = self.requests.recv() => {
+                    self.step_down(&lease, StepDownReason::Requested).await;
+                    let _ = req.send(StepDown::Released);
+                    return StepDownReason::Requested;
+                }
+                _ = sleep_until(next_renew) => {
+                    if Instant::now().saturating_duration_since(next_renew) > self.timing.stall_margin {
+                        self.metrics.stalls.inc();
+                        break StepDownReason::Stalled;
+                    }
+                    let started = Instant::now();
+                    // Never let an in-flight renewal delay the step-down at the deadline.
+                    let renewed = tokio::select! {
+                        r = self.redlock.renew(&lease) => r,
+                        _ = sleep_until(deadline) => None,
+                    };
+                    match renewed {
+                        Some(d) => {
+                            lease.deadline = d.max(lease.deadline);
+                            self.publish(Some(Term { token: lease.token, deadline: lease.deadline }), Some(self.identity.clone()));
+                            next_renew = started + self.timing.renew_every;
+                        }
+                        None => {
+                            tracing::warn!(left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64, "renewal failed; retrying until the deadline");
+                            next_renew = Instant::now() + (self.timing.renew_every / 4).max(Duration::from_millis(10));
+                        }
+                    }
+                }
+            }
+        };
+        self.step_down(&lease, reason).await;
+        reason
+    }
+
+    /// Publish "not leader" first, then release everywhere with a notice.
+    async fn step_down(&self, lease: &Lease, reason: StepDownReason) {
+        self.publish(None, None);
+        self.reason_tx.send_replace(Some(reason));
+        tracing::info!(
+            reason = reason.as_str(),
+            token = lease.token,
+            "lost leadership"
+        );
+        self.redlock.release(&lease.value, true).await;
+    }
+}
+
+struct AliveGuard(Arc<LoopHealth>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.alive.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Tick every `period`; when a tick is late by more than `margin`, mark the loop stalled, tell
+/// the elector to step down, and keep `/healthz` failing until ticks have been on time for a
+/// second.
+pub async fn watchdog(
+    health: Arc<LoopHealth>,
+    metrics: Metrics,
+    margin: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let period = Duration::from_millis(50);
+    let recover_after = Duration::from_secs(1);
+    let mut next = Instant::now() + period;
+    let mut last_stall: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = sleep_until(next) => {}
+            _ = stop.changed() => return,
+        }
+        let now = Instant::now();
+        let late = now.saturating_duration_since(next);
+        if late > margin {
+            tracing::warn!(
+                late_ms = late.as_millis() as u64,
+                "election loop stalled; stepping down until it recovers"
+            );
+            last_stall = Some(now);
+            metrics.stalls.inc();
+            metrics.stalled.set(1);
+            health.stalled.store(true, Ordering::SeqCst);
+            health.stall_seq.send_modify(|n| *n += 1);
+        } else if last_stall.is_some_and(|t| now.duration_since(t) >= recover_after) {
+            last_stall = None;
+            metrics.stalled.set(0);
+            health.stalled.store(false, Ordering::SeqCst);
+            tracing::info!("election loop recovered");
+        }
+        next = now + period;
+    }
+}

@@ -1,0 +1,150 @@
+//! Leadership state as the elector publishes it, and the view every publisher answers with.
+//!
+//! Leadership is a monotonic deadline, not a flag: [`Leadership::view`] evaluates `now < deadline`
+//! at the moment of answering, so a sidecar that was paused past its deadline never says
+//! "leader", even before the elector's own timer has fired.
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// The current term while this sidecar leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Term {
+    /// Fencing token of the term.
+    pub token: u64,
+    /// Until when the lease is provably held.
+    pub deadline: Instant,
+}
+
+/// What the elector publishes on its `watch` channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    /// Starts at 1; +1 whenever `is_leader`, `leader` or `fencing_token` changes.
+    pub version: u64,
+    /// Set while this sidecar holds the lease.
+    pub term: Option<Term>,
+    /// The holder's identity as last observed (own identity while leading).
+    pub leader: Option<String>,
+}
+
+impl Default for Leadership {
+    fn default() -> Self {
+        Leadership {
+            version: 1,
+            term: None,
+            leader: None,
+        }
+    }
+}
+
+/// The answer to `GET /leader`, also sent on the SSE stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct View {
+    /// Lease name.
+    pub lease: String,
+    /// This sidecar's identity.
+    pub identity: String,
+    /// Whether this sidecar leads right now.
+    pub is_leader: bool,
+    /// The holder as last observed.
+    pub leader: Option<String>,
+    /// Token of the current term; null when not leader.
+    pub fencing_token: Option<u64>,
+    /// Milliseconds until the deadline; 0 when not leader.
+    pub valid_for_ms: u64,
+    /// Change counter.
+    pub version: u64,
+}
+
+impl Leadership {
+    /// The state as it holds at `now`. A term whose deadline has passed reads as the step-down
+    /// the elector is about to publish: not leader, holder unknown, version + 1.
+    pub fn at(&self, now: Instant) -> Leadership {
+        match self.term {
+            Some(t) if now >= t.deadline => Leadership {
+                version: self.version + 1,
+                term: None,
+                leader: None,
+            },
+            _ => self.clone(),
+        }
+    }
+
+    /// The answer at `now`.
+    pub fn view(&self, lease: &str, identity: &str, now: Instant) -> View {
+        let s = self.at(now);
+        View {
+            lease: lease.to_string(),
+            identity: identity.to_string(),
+            is_leader: s.term.is_some(),
+            leader: s.leader.clone(),
+            fencing_token: s.term.map(|t| t.token),
+            valid_for_ms: s.term.map_or(0, |t| {
+                t.deadline.saturating_duration_since(now).as_millis() as u64
+            }),
+            version: s.version,
+        }
+    }
+
+    /// Apply a change; bumps the version iff an observable field changed.
+    pub fn with(&self, term: Option<Term>, leader: Option<String>) -> Leadership {
+        let changed = self.term.map(|t| t.token) != term.map(|t| t.token)
+            || self.term.is_some() != term.is_some()
+            || self.leader != leader;
+        Leadership {
+            version: self.version + u64::from(changed),
+            term,
+            leader,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn expired_term_reads_as_step_down() {
+        let now = Instant::now();
+        let s = Leadership::default().with(
+            Some(Term {
+                token: 7,
+                deadline: now + Duration::from_millis(100),
+            }),
+            Some("a".into()),
+        );
+        assert_eq!(s.version, 2);
+        let v = s.view("l", "a", now);
+        assert!(v.is_leader);
+        assert_eq!(v.fencing_token, Some(7));
+        assert_eq!(v.valid_for_ms, 100);
+        let late = s.view("l", "a", now + Duration::from_millis(100));
+        assert!(!late.is_leader);
+        assert_eq!(late.fencing_token, None);
+        assert_eq!(late.leader, None);
+        assert_eq!(late.valid_for_ms, 0);
+        assert_eq!(late.version, 3);
+        // The elector's own step-down publishes the same version.
+        assert_eq!(s.with(None, None).version, 3);
+    }
+
+    #[test]
+    fn deadline_moves_do_not_bump_version() {
+        let now = Instant::now();
+        let t = Term {
+            token: 1,
+            deadline: now,
+        };
+        let s = Leadership::default().with(Some(t), Some("a".into()));
+        let s2 = s.with(
+            Some(Term {
+                deadline: now + Duration::from_secs(1),
+                ..t
+            }),
+            Some("a".into()),
+        );
+        assert_eq!(s.version, s2.version);
+        assert_eq!(s2.with(Some(t), Some("b".into())).version, s.version + 1);
+    }
+}

@@ -1,0 +1,79 @@
+//! `redlock-elector`: parse and validate config (exit 2 on error, before any port is bound or
+//! Redis contacted), start logging, run until SIGTERM/SIGINT (exit 0), or fail (exit 1).
+
+use std::process::ExitCode;
+
+use redlock_elector::config::{self, Command, ProcessEnv};
+use redlock_elector::{logging, run};
+
+fn main() -> ExitCode {
+    let cmd = match config::parse_args(std::env::args_os(), &ProcessEnv) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
+    match cmd {
+        Command::CheckConfig(raw, unsafe_dq) => {
+            match config::validate(&raw, &ProcessEnv, unsafe_dq) {
+                Ok(c) => {
+                    for w in &c.warnings {
+                        eprintln!("warning: {w}");
+                    }
+                    print!("{}", config::effective_yaml(&c));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("redlock-elector: invalid config: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Run(raw, unsafe_dq) => {
+            let cfg = match config::validate(&raw, &ProcessEnv, unsafe_dq) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("redlock-elector: invalid config: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            logging::init(&cfg.log);
+            for w in &cfg.warnings {
+                tracing::warn!("{w}");
+            }
+            if cfg.unsafe_disable_quarantine {
+                tracing::warn!(
+                    "--unsafe-disable-quarantine: restarted nodes count at once; mutual exclusion is NOT guaranteed (tests only)"
+                );
+            }
+            // Installing the process-wide TLS provider fails only if one is installed already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("redlock-elector: cannot start the runtime: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let result = rt.block_on(async {
+                let signals = run::signals()?;
+                run::run(cfg, signals).await
+            });
+            // Do not wait for open long-polls or SSE streams: they end with the process.
+            rt.shutdown_background();
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "fatal");
+                    eprintln!("redlock-elector: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The ops server (`ops.listen`): what kubelet and Prometheus talk to.
+//!
+//! - `GET /metrics` — Prometheus text format; leadership gauges are evaluated at scrape time.
+//! - `GET /healthz` — 200 while the election loop runs and is not stalled, else 503 (liveness).
+//! - `GET /readyz` — 200 once serving; never tied to Redis or leadership, so rollouts never stall.
+//! - `GET /readyz/leader` — 200 only while leader (for a leader-only readiness gate), else 503.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use warp::http::StatusCode;
+use warp::{Filter, Reply};
+
+use crate::api::Shared;
+use crate::elector::LoopHealth;
+use crate::metrics::Metrics;
+use crate::redlock::node::Node;
+
+/// What the ops handlers read.
+#[derive(Clone)]
+pub struct Ops {
+    /// Leadership, for the answer-time gauges and `/readyz/leader`.
+    pub shared: Shared,
+    /// Registry to render.
+    pub metrics: Metrics,
+    /// Election loop liveness.
+    pub health: Arc<LoopHealth>,
+    /// Nodes, to refresh the quarantine gauges at scrape time.
+    pub nodes: Vec<Arc<Node>>,
+}
+
+impl Ops {
+    /// Render `/metrics` after setting the gauges that depend on the current instant.
+    pub fn render_metrics(&self) -> String {
+        let now = Instant::now();
+        let view = self.shared.view();
+        self.metrics.is_leader.set(i64::from(view.is_leader));
+        self.metrics
+            .lease_valid_seconds
+            .set(view.valid_for_ms as f64 / 1000.0);
+        self.metrics
+            .fencing_token
+            .set(view.fencing_token.map_or(0, |t| t as i64));
+        for n in &self.nodes {
+            n.publish_quarantine(now);
+        }
+        self.metrics.render()
+    }
+}
+
+fn status(ok: bool, body: &'static str) -> warp::reply::Response {
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    warp::reply::with_status(body, code).into_response()
+}
+
+/// All routes of the ops server.
+pub fn routes(
+    ops: Ops,
+) -> impl Filter<Extract = (warp::reply::Response,), Error = Infallible> + Clone {
+    let o = warp::any().map(move || ops.clone());
+    let metrics = warp::path!("metrics")
+        .and(warp::get())
+        .and(o.clone())
+        .map(|o: Ops| {
+            warp::reply::with_header(
+                o.render_metrics(),
+                "content-type",
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+            .into_response()
+        });
+    let healthz = warp::path!("healthz")
+        .and(warp::get())
+        .and(o.clone())
+        .map(|o: Ops| {
+            let ok = o.health.healthy();
+            status(
+                ok,
+                if ok {
+                    "ok\n"
+                } else {
+                    "election loop stalled or stopped\n"
+                },
+            )
+        });
+    let readyz = warp::path!("readyz")
+        .and(warp::get())
+        .map(|| status(true, "ok\n"));
+    let readyz_leader = warp::path!("readyz" / "leader")
+        .and(warp::get())
+        .and(o)
+        .map(|o: Ops| {
+            let leader = o.shared.view().is_leader;
+            status(leader, if leader { "leader\n" } else { "not leader\n" })
+        });
+    metrics
+        .or(healthz)
+        .unify()
+        .or(readyz)
+        .unify()
+        .or(readyz_leader)
+        .unify()
+        .recover(|r: warp::Rejection| async move {
+            let code = if r.is_not_found() {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::METHOD_NOT_ALLOWED
+            };
+            Ok::<_, Infallible>(warp::reply::with_status("not found\n", code).into_response())
+        })
+        .unify()
+}
+
+/// Serve the ops endpoints on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, ops: Ops) {
+    warp::serve(routes(ops)).incoming(listener).run().await;
+}

@@ -1,0 +1,385 @@
+//! The Redlock protocol over N independent Redis masters: acquire, renew, release.
+//!
+//! Knows nothing of HTTP or Kubernetes. Every round sends to all nodes in parallel, each with
+//! the per-node timeout, and decides at the quorum-th counting yes or as soon as a quorum has
+//! become impossible. Timings follow SPEC: T1 is taken before sending; validity is
+//! `ttl − elapsed − drift`; the deadline is `T1 + ttl − drift`.
+
+pub mod math;
+pub mod node;
+pub mod scripts;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use rand::RngCore;
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use math::Tally;
+use node::{CommandError, Node};
+use scripts::scripts;
+
+/// A held lease: what renew and release need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// `<identity>#<nonce>`, unique to this acquisition.
+    pub value: String,
+    /// Fencing token of this term.
+    pub token: u64,
+    /// Monotonic instant until which the lease is provably held.
+    pub deadline: Instant,
+}
+
+/// Result of one acquire attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// Held, with a fencing token written to a quorum.
+    Acquired(Lease),
+    /// Someone else owns a quorum of nodes.
+    Contended(Observed),
+    /// Neither we nor anyone else reached a quorum (split vote, quarantine, nodes down).
+    NoQuorum(Observed),
+    /// No node answered at all.
+    Error,
+}
+
+impl Acquire {
+    /// The metric label of the result.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Acquire::Acquired(_) => "acquired",
+            Acquire::Contended(_) => "contended",
+            Acquire::NoQuorum(_) => "no_quorum",
+            Acquire::Error => "error",
+        }
+    }
+}
+
+/// What a failed attempt learned about the current holder.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The holder's identity as most nodes report it.
+    pub holder: Option<String>,
+    /// When enough keys will have expired for a quorum to be free.
+    pub free_in: Option<Duration>,
+}
+
+/// The lock protocol over all nodes.
+pub struct Redlock {
+    /// The N masters.
+    nodes: Vec<Arc<Node>>,
+    /// `<keyPrefix><lease>`.
+    key: String,
+    /// `<keyPrefix><lease>:epoch`: the fencing epoch counter.
+    epoch_key: String,
+    /// `<keyPrefix><lease>:released`: the release-notice channel.
+    channel: String,
+    /// Lease ttl.
+    ttl: Duration,
+    /// `ttl·driftFactor + 2ms`.
+    drift: Duration,
+    /// Shared metrics.
+    metrics: Metrics,
+}
+
+/// The value stored in the key: `<identity>#<nonce>` with 192 random bits.
+pub fn new_value(identity: &str) -> String {
+    let mut nonce = [0u8; 24];
+    rand::rng().fill_bytes(&mut nonce);
+    format!("{identity}#{}", hex::encode(nonce))
+}
+
+/// The identity part of a lock value.
+pub fn identity_of(value: &str) -> &str {
+    value.rsplit_once('#').map_or(value, |(id, _)| id)
+}
+
+enum Vote {
+    Yes {
+        epoch: u64,
+    },
+    No {
+        holder: String,
+        pttl: Option<Duration>,
+    },
+    Unknown,
+}
+
+impl Redlock {
+    /// Build the node set from config (no I/O).
+    pub fn new(config: &Config, metrics: Metrics) -> Result<Self, redis::RedisError> {
+        let mut nodes = Vec::new();
+        for ep in &config.redis.endpoints {
+            nodes.push(Node::new(
+                ep.clone(),
+                &config.redis,
+                config.lease.ttl,
+                config.unsafe_disable_quarantine,
+                metrics.clone(),
+            )?);
+        }
+        let key = format!("{}{}", config.lease.key_prefix, config.lease.name);
+        Ok(Redlock {
+            epoch_key: format!("{key}:epoch"),
+            channel: format!("{key}:released"),
+            key,
+            nodes,
+            ttl: config.lease.ttl,
+            drift: math::drift(config.lease.ttl, config.lease.drift_factor),
+            metrics,
+        })
+    }
+
+    /// The nodes, for the maintenance and subscription tasks.
+    pub fn nodes(&self) -> &[Arc<Node>] {
+        &self.nodes
+    }
+
+    /// The release-notice channel.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Try to acquire the lease once.
+    pub async fn acquire(&self, identity: &str) -> Acquire {
+        let started = Instant::now();
+        let outcome = self.acquire_inner(identity).await;
+        self.metrics
+            .acquire_duration
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .acquire_attempts
+            .with_label_values(&[outcome.label()])
+            .inc();
+        outcome
+    }
+
+    async fn acquire_inner(&self, identity: &str) -> Acquire {
+        let value = new_value(identity);
+        let ttl_ms = self.ttl.as_millis().to_string();
+        let acquire = &scripts()[0];
+        let t1 = Instant::now();
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let (value, ttl_ms) = (&value, &ttl_ms);
+                async move {
+                    let r = n
+                        .eval(acquire, &[&self.key, &self.epoch_key], &[value, ttl_ms])
+                        .await;
+                    (n, parse_acquire(r))
+                }
+            })
+            .collect();
+        let mut tally = Tally::new(self.nodes.len());
+        let mut epochs = Vec::new();
+        let mut denials: Vec<(String, Option<Duration>)> = Vec::new();
+        let mut answered = 0;
+        while let Some((node, vote)) = pending.next().await {
+            match vote {
+                Vote::Yes { epoch } => {
+                    answered += 1;
+                    epochs.push(epoch);
+                    if node.counts(Instant::now()) {
+                        tally.yes += 1;
+                    } else {
+                        tally.not_yes += 1;
+                    }
+                }
+                Vote::No { holder, pttl } => {
+                    answered += 1;
+                    tally.not_yes += 1;
+                    denials.push((holder, pttl));
+                }
+                Vote::Unknown => tally.not_yes += 1,
+            }
+            if tally.decided().is_some() {
+                break;
+            }
+        }
+        // Stragglers' commands were sent; their replies no longer matter for the decision.
+        drop(pending);
+        let decided_at = Instant::now();
+        let valid = math::validity(self.ttl, decided_at - t1, self.drift);
+        if tally.decided() == Some(true) && valid.is_some() {
+            let token = epochs.iter().copied().max().unwrap_or(0) + 1;
+            let mut lease = Lease {
+                value,
+                token,
+                deadline: t1 + self.ttl - self.drift,
+            };
+            // The token must be on a quorum before this term may act: the first renewal writes it.
+            match self.renew(&lease).await {
+                Some(deadline) => {
+                    lease.deadline = lease.deadline.max(deadline);
+                    return Acquire::Acquired(lease);
+                }
+                None => {
+                    self.release(&lease.value, false).await;
+                    return Acquire::NoQuorum(Observed::default());
+                }
+            }
+        }
+        // Failed: clean up everywhere, including nodes whose reply never came.
+        self.release(&value, false).await;
+        if answered == 0 {
+            return Acquire::Error;
+        }
+        let observed = observe(self.nodes.len(), &denials);
+        let mut by_holder: HashMap<&str, usize> = HashMap::new();
+        for (h, _) in &denials {
+            *by_holder.entry(h.as_str()).or_default() += 1;
+        }
+        if by_holder.values().any(|&c| c >= tally.quorum) {
+            Acquire::Contended(observed)
+        } else {
+            Acquire::NoQuorum(observed)
+        }
+    }
+
+    /// Renew (and assert the epoch) on all nodes. Returns the new deadline if a quorum of
+    /// counting nodes confirmed before the validity ran out.
+    pub async fn renew(&self, lease: &Lease) -> Option<Instant> {
+        let ttl_ms = self.ttl.as_millis().to_string();
+        let token = lease.token.to_string();
+        let renew = &scripts()[1];
+        let t1 = Instant::now();
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let (ttl_ms, token) = (&ttl_ms, &token);
+                async move {
+                    let r = n
+                        .eval(
+                            renew,
+                            &[&self.key, &self.epoch_key],
+                            &[&lease.value, ttl_ms, token],
+                        )
+                        .await;
+                    (n, r)
+                }
+            })
+            .collect();
+        let mut tally = Tally::new(self.nodes.len());
+        while let Some((node, r)) = pending.next().await {
+            match r {
+                Ok(Value::Int(1 | 2)) if node.counts(Instant::now()) => tally.yes += 1,
+                Ok(Value::Int(0)) => {
+                    tracing::warn!(endpoint = %node.name(), "renewal denied: the key belongs to someone else on this node");
+                    tally.not_yes += 1;
+                }
+                _ => tally.not_yes += 1,
+            }
+            if tally.decided().is_some() {
+                break;
+            }
+        }
+        let ok = tally.decided() == Some(true)
+            && math::validity(self.ttl, t1.elapsed(), self.drift).is_some();
+        self.metrics
+            .renewals
+            .with_label_values(&[if ok { "ok" } else { "failed" }])
+            .inc();
+        ok.then(|| t1 + self.ttl - self.drift)
+    }
+
+    /// Token-checked delete on every node in parallel; with `notify`, publish the release notice.
+    /// Waits for every node (each bounded by the per-node timeout).
+    pub async fn release(&self, value: &str, notify: bool) {
+        let release = &scripts()[2];
+        let channel = if notify { self.channel.as_str() } else { "" };
+        let all: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|n| async move { n.eval(release, &[&self.key], &[value, channel]).await })
+            .collect();
+        all.collect::<Vec<_>>().await;
+    }
+
+    /// Read the current holder's identity from a quorum of nodes' replies (for followers that
+    /// have not attempted yet). Unused nodes are skipped.
+    pub fn quorum(&self) -> usize {
+        math::quorum(self.nodes.len())
+    }
+}
+
+fn parse_acquire(r: Result<Value, CommandError>) -> Vote {
+    let Ok(Value::Array(items)) = r else {
+        return Vote::Unknown;
+    };
+    match items.as_slice() {
+        [Value::Int(1), Value::Int(epoch)] => Vote::Yes {
+            epoch: (*epoch).max(0) as u64,
+        },
+        [Value::Int(0), holder, Value::Int(pttl)] => {
+            let holder = match holder {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                _ => String::new(),
+            };
+            let pttl = u64::try_from(*pttl).ok().map(Duration::from_millis);
+            Vote::No { holder, pttl }
+        }
+        _ => Vote::Unknown,
+    }
+}
+
+fn observe(n: usize, denials: &[(String, Option<Duration>)]) -> Observed {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for (h, _) in denials.iter().filter(|(h, _)| !h.is_empty()) {
+        *counts.entry(h.as_str()).or_default() += 1;
+    }
+    let holder = counts
+        .into_iter()
+        .max_by_key(|(_, c)| *c)
+        .map(|(h, _)| identity_of(h).to_string());
+    let pttls: Vec<Duration> = denials.iter().filter_map(|(_, p)| *p).collect();
+    Observed {
+        holder,
+        free_in: math::free_quorum_in(n, pttls),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_unique_and_carry_identity() {
+        let a = new_value("pod-a");
+        let b = new_value("pod-a");
+        assert_ne!(a, b);
+        assert!(a.starts_with("pod-a#"));
+        assert_eq!(a.len(), "pod-a#".len() + 48);
+        assert_eq!(identity_of(&a), "pod-a");
+        assert_eq!(identity_of("we#ird#n0nce"), "we#ird");
+    }
+
+    #[test]
+    fn observe_picks_the_majority_holder() {
+        let ms = Duration::from_millis;
+        let o = observe(
+            3,
+            &[
+                ("b#1".into(), Some(ms(50))),
+                ("b#1".into(), Some(ms(40))),
+                ("c#2".into(), Some(ms(10))),
+            ],
+        );
+        assert_eq!(o.holder.as_deref(), Some("b"));
+        assert_eq!(o.free_in, Some(ms(40)));
+    }
+}

@@ -1,0 +1,543 @@
+//! One Redis master: a persistent, verified connection and the node's health.
+//!
+//! A connection is published for voting only after its handshake ran on it: `INFO` (run_id,
+//! uptime, role, maxmemory-policy → quarantine) and `SCRIPT LOAD` of every script. A node that
+//! restarts drops its TCP connections, so any vote it gives after a restart arrives over a new
+//! connection whose handshake has already put the node in quarantine. That is why this module
+//! manages its own reconnects instead of a transparently reconnecting connection manager.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisConnectionInfo, Value};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::scripts::{Script, scripts};
+use crate::config::{Endpoint, RedisConfig};
+use crate::metrics::Metrics;
+
+/// How one command on one node ended.
+#[derive(Debug)]
+pub enum CommandError {
+    /// No verified connection right now (connecting, or backing off).
+    NotConnected,
+    /// No reply within the per-node timeout. The command may still have run: callers treat the
+    /// outcome as unknown (never counted, always cleaned up).
+    Timeout,
+    /// Redis or the connection answered with an error.
+    Redis(redis::RedisError),
+}
+
+impl CommandError {
+    fn kind(&self) -> &'static str {
+        match self {
+            CommandError::NotConnected => "not_connected",
+            CommandError::Timeout => "timeout",
+            CommandError::Redis(_) => "error",
+        }
+    }
+}
+
+/// Why a node does not count toward a quorum right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exclusion {
+    /// Restarted recently (uptime below ttl + 1 s, or run_id changed): until this instant.
+    Restarted { until: Instant },
+    /// The node is a replica.
+    Replica,
+    /// Its maxmemory-policy may evict keys with a TTL.
+    Evicting(String),
+}
+
+/// What the handshake learned about the node.
+#[derive(Clone, Debug, Default)]
+struct Health {
+    /// run_id of the server behind the current connection.
+    run_id: Option<String>,
+    /// Why the node does not count, if it does not.
+    exclusion: Option<Exclusion>,
+}
+
+/// Parsed fields of `INFO`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    /// `run_id`: changes on every restart.
+    pub run_id: String,
+    /// `uptime_in_seconds` (one-second resolution).
+    pub uptime_secs: u64,
+    /// `role`: master | slave.
+    pub role: String,
+    /// `maxmemory_policy`.
+    pub maxmemory_policy: String,
+}
+
+/// Parse the fields we need from an `INFO` reply.
+pub fn parse_info(text: &str) -> Info {
+    let mut info = Info::default();
+    for line in text.lines() {
+        let Some((k, v)) = line.trim().split_once(':') else {
+            continue;
+        };
+        match k {
+            "run_id" => info.run_id = v.to_string(),
+            "uptime_in_seconds" => info.uptime_secs = v.parse().unwrap_or(0),
+            "role" => info.role = v.to_string(),
+            "maxmemory_policy" => info.maxmemory_policy = v.to_string(),
+            _ => {}
+        }
+    }
+    info
+}
+
+/// Whether a node with this INFO may count, and until when it is quarantined.
+///
+/// `previous_run_id` is the run_id seen on the previous connection. Uptime has one-second
+/// resolution and is truncated, so the real uptime may be up to 1 s more than reported; treating
+/// it as the reported value errs on the side of a longer quarantine.
+pub fn classify(
+    info: &Info,
+    previous_run_id: Option<&str>,
+    ttl: Duration,
+    now: Instant,
+) -> Option<Exclusion> {
+    if info.role == "slave" || info.role == "replica" {
+        return Some(Exclusion::Replica);
+    }
+    let p = info.maxmemory_policy.as_str();
+    if p.starts_with("allkeys-") || p.starts_with("volatile-") {
+        return Some(Exclusion::Evicting(p.to_string()));
+    }
+    let window = ttl + Duration::from_secs(1);
+    let by_uptime = window
+        .checked_sub(Duration::from_secs(info.uptime_secs))
+        .filter(|d| !d.is_zero());
+    let restarted = previous_run_id.is_some_and(|prev| prev != info.run_id);
+    let wait = match (by_uptime, restarted) {
+        (_, true) => Some(window),
+        (Some(d), false) => Some(d),
+        (None, false) => None,
+    };
+    wait.map(|d| Exclusion::Restarted { until: now + d })
+}
+
+/// One Redis master and its connection.
+pub struct Node {
+    /// Where it is; `name` is the metric label.
+    pub endpoint: Endpoint,
+    /// Builds connections (address, credentials, TLS).
+    client: Client,
+    /// The verified connection, if any. Cloning a multiplexed connection is cheap.
+    conn: Mutex<Option<MultiplexedConnection>>,
+    /// Handshake results.
+    health: Mutex<Health>,
+    /// Wakes the maintenance task when a command saw the connection break.
+    broken: Notify,
+    /// Per-command timeout.
+    timeout: Duration,
+    /// Connect + handshake timeout.
+    connect_timeout: Duration,
+    /// Lease ttl, for the quarantine window.
+    ttl: Duration,
+    /// Test-only: count the node even while it is quarantined.
+    ignore_quarantine: bool,
+    /// Shared metrics.
+    metrics: Metrics,
+}
+
+impl Node {
+    /// Create a node (no I/O yet; [`Node::maintain`] connects).
+    pub fn new(
+        endpoint: Endpoint,
+        redis: &RedisConfig,
+        ttl: Duration,
+        ignore_quarantine: bool,
+        metrics: Metrics,
+    ) -> Result<Arc<Node>, redis::RedisError> {
+        let addr = if endpoint.tls {
+            ConnectionAddr::TcpTls {
+                host: endpoint.host.clone(),
+                port: endpoint.port,
+                insecure: redis.tls_insecure_skip_verify,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(endpoint.host.clone(), endpoint.port)
+        };
+        let mut settings = RedisConnectionInfo::default().set_db(endpoint.db);
+        if let Some(u) = endpoint.username.as_ref().or(redis.username.as_ref()) {
+            settings = settings.set_username(u);
+        }
+        if let Some(p) = endpoint.password.as_ref().or(redis.password.as_ref()) {
+            settings = settings.set_password(p.expose());
+        }
+        let info =
+            redis::IntoConnectionInfo::into_connection_info(addr)?.set_redis_settings(settings);
+        let client = match (&redis.tls_ca_file, endpoint.tls) {
+            (Some(ca), true) => {
+                let root_cert = std::fs::read(ca).map_err(|e| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "cannot read tls.caFile",
+                        e.to_string(),
+                    ))
+                })?;
+                Client::build_with_tls(
+                    info,
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(root_cert),
+                    },
+                )?
+            }
+            _ => Client::open(info)?,
+        };
+        metrics.redis_up.with_label_values(&[&endpoint.name]).set(0);
+        metrics
+            .redis_quarantined
+            .with_label_values(&[&endpoint.name])
+            .set(0);
+        Ok(Arc::new(Node {
+            endpoint,
+            client,
+            conn: Mutex::new(None),
+            health: Mutex::new(Health::default()),
+            broken: Notify::new(),
+            timeout: redis.timeout,
+            connect_timeout: redis.connect_timeout,
+            ttl,
+            ignore_quarantine,
+            metrics,
+        }))
+    }
+
+    /// The `host:port` name.
+    pub fn name(&self) -> &str {
+        &self.endpoint.name
+    }
+
+    /// Whether a yes from this node counts toward a quorum at `now`.
+    pub fn counts(&self, now: Instant) -> bool {
+        if self.ignore_quarantine {
+            return true;
+        }
+        match &lock(&self.health).exclusion {
+            None => true,
+            Some(Exclusion::Restarted { until }) => now >= *until,
+            Some(_) => false,
+        }
+    }
+
+    /// Whether a verified connection is up.
+    pub fn is_up(&self) -> bool {
+        lock(&self.conn).is_some()
+    }
+
+    /// Run a script by SHA with the per-node timeout; records latency and errors.
+    pub async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Value, CommandError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
+        self.run(script.name, cmd).await
+    }
+
+    async fn run(&self, command: &'static str, cmd: redis::Cmd) -> Result<Value, CommandError> {
+        let started = Instant::now();
+        let conn = lock(&self.conn).clone();
+        let result = match conn {
+            None => Err(CommandError::NotConnected),
+            Some(mut conn) => {
+                match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn)).await
+                {
+                    Err(_) => Err(CommandError::Timeout),
+                    Ok(Err(e)) => {
+                        if e.is_io_error()
+                            || e.is_connection_dropped()
+                            || e.is_unrecoverable_error()
+                        {
+                            self.mark_broken();
+                        }
+                        Err(CommandError::Redis(e))
+                    }
+                    Ok(Ok(v)) => Ok(v),
+                }
+            }
+        };
+        let name = self.endpoint.name.as_str();
+        match &result {
+            Ok(_) => self
+                .metrics
+                .redis_command_duration
+                .with_label_values(&[name, command])
+                .observe(started.elapsed().as_secs_f64()),
+            Err(e) => self
+                .metrics
+                .redis_command_errors
+                .with_label_values(&[name, command, e.kind()])
+                .inc(),
+        }
+        result
+    }
+
+    fn mark_broken(&self) {
+        if lock(&self.conn).take().is_some() {
+            self.metrics
+                .redis_up
+                .with_label_values(&[&self.endpoint.name])
+                .set(0);
+            tracing::warn!(endpoint = %self.endpoint.name, "redis connection lost; reconnecting");
+        }
+        self.broken.notify_one();
+    }
+
+    /// Keep a verified connection up and the health fresh until `stop` fires: connect with
+    /// jittered exponential backoff, re-check INFO every second (also detects a silent server).
+    pub async fn maintain(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let connected = lock(&self.conn).clone();
+            let wait = match connected {
+                None => match self.handshake().await {
+                    Ok(()) => {
+                        backoff = Duration::from_millis(50);
+                        Duration::from_secs(1)
+                    }
+                    Err(e) => {
+                        tracing::debug!(endpoint = %self.endpoint.name, error = %e, "redis connect failed");
+                        let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.5));
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                        jittered
+                    }
+                },
+                Some(mut conn) => {
+                    let info = redis::cmd("INFO");
+                    match tokio::time::timeout(
+                        self.connect_timeout,
+                        info.query_async::<String>(&mut conn),
+                    )
+                    .await
+                    {
+                        Ok(Ok(text)) => self.apply_info(&parse_info(&text)),
+                        Ok(Err(_)) | Err(_) => self.mark_broken(),
+                    }
+                    Duration::from_secs(1)
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.broken.notified() => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    async fn handshake(&self) -> Result<(), String> {
+        let cfg = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.connect_timeout));
+        let fut = async {
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&cfg)
+                .await?;
+            let text: String = redis::cmd("INFO").query_async(&mut conn).await?;
+            for s in scripts() {
+                let sha: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(s.source)
+                    .query_async(&mut conn)
+                    .await?;
+                if sha != s.sha {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "script sha mismatch",
+                    )));
+                }
+            }
+            Ok::<_, redis::RedisError>((conn, text))
+        };
+        let (conn, text) = tokio::time::timeout(self.connect_timeout * 2, fut)
+            .await
+            .map_err(|_| "handshake timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        self.apply_info(&parse_info(&text));
+        *lock(&self.conn) = Some(conn);
+        self.metrics
+            .redis_up
+            .with_label_values(&[&self.endpoint.name])
+            .set(1);
+        tracing::info!(endpoint = %self.endpoint.name, "redis connection verified");
+        Ok(())
+    }
+
+    fn apply_info(&self, info: &Info) {
+        let now = Instant::now();
+        let mut h = lock(&self.health);
+        let mut exclusion = classify(info, h.run_id.as_deref(), self.ttl, now);
+        // A quarantine already running is never shortened by a later, more relaxed reading.
+        if let Some(Exclusion::Restarted { until: old }) = h
+            .exclusion
+            .clone()
+            .filter(|_| self.restarted_until(&h, now))
+        {
+            match &mut exclusion {
+                Some(Exclusion::Restarted { until }) => *until = (*until).max(old),
+                None => exclusion = Some(Exclusion::Restarted { until: old }),
+                Some(_) => {}
+            }
+        }
+        if exclusion != h.exclusion {
+            match &exclusion {
+                Some(Exclusion::Restarted { until }) => tracing::warn!(
+                    endpoint = %self.endpoint.name,
+                    uptime_secs = info.uptime_secs,
+                    quarantine_ms = until.saturating_duration_since(now).as_millis() as u64,
+                    "redis node restarted recently; it does not count toward a quorum until the quarantine ends"
+                ),
+                Some(Exclusion::Replica) => {
+                    tracing::error!(endpoint = %self.endpoint.name, "redis node is a replica; it never counts toward a quorum")
+                }
+                Some(Exclusion::Evicting(p)) => tracing::error!(
+                    endpoint = %self.endpoint.name,
+                    policy = %p,
+                    "redis node's maxmemory-policy can evict lock keys; it never counts toward a quorum (use noeviction)"
+                ),
+                None => {}
+            }
+        }
+        h.exclusion = exclusion;
+        h.run_id = Some(info.run_id.clone());
+    }
+
+    fn restarted_until(&self, h: &Health, now: Instant) -> bool {
+        matches!(h.exclusion, Some(Exclusion::Restarted { until }) if until > now)
+    }
+
+    /// Refresh the quarantine gauge (called at scrape time).
+    pub fn publish_quarantine(&self, now: Instant) {
+        let q = match &lock(&self.health).exclusion {
+            None => false,
+            Some(Exclusion::Restarted { until }) => now < *until,
+            Some(_) => true,
+        };
+        self.metrics
+            .redis_quarantined
+            .with_label_values(&[&self.endpoint.name])
+            .set(i64::from(q));
+    }
+
+    /// Subscribe to `channel` on this node and call `on_message` for each message, reconnecting
+    /// with backoff, until `stop` fires.
+    pub async fn subscribe(
+        self: Arc<Self>,
+        channel: String,
+        on_message: Arc<Notify>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use futures::StreamExt;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let session = async {
+                let mut ps =
+                    tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub())
+                        .await
+                        .map_err(|_| "connect timed out".to_string())?
+                        .map_err(|e| e.to_string())?;
+                ps.subscribe(&channel).await.map_err(|e| e.to_string())?;
+                let mut stream = ps.into_on_message();
+                while stream.next().await.is_some() {
+                    on_message.notify_one();
+                }
+                Err::<(), String>("subscription closed".into())
+            };
+            tokio::select! {
+                r = session => {
+                    if let Err(e) = r {
+                        tracing::debug!(endpoint = %self.endpoint.name, error = %e, "release-notice subscription ended");
+                    }
+                }
+                _ = stop.changed() => return,
+            }
+            let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.5));
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+            tokio::select! {
+                _ = tokio::time::sleep(jittered) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+/// Lock a std mutex; a poisoned lock only means another task panicked while holding it, and the
+/// data (an Option or small struct) is still consistent, so carry on with it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(uptime: u64, run_id: &str) -> Info {
+        Info {
+            run_id: run_id.into(),
+            uptime_secs: uptime,
+            role: "master".into(),
+            maxmemory_policy: "noeviction".into(),
+        }
+    }
+
+    #[test]
+    fn parses_info() {
+        let i = parse_info(
+            "# Server\r\nrun_id:abc\r\nuptime_in_seconds:42\r\n# Replication\r\nrole:master\r\nmaxmemory_policy:noeviction\r\n",
+        );
+        assert_eq!(i, info(42, "abc"));
+    }
+
+    #[test]
+    fn quarantine_rules() {
+        let now = Instant::now();
+        let ttl = Duration::from_secs(1);
+        assert_eq!(classify(&info(100, "a"), None, ttl, now), None);
+        assert_eq!(
+            classify(&info(0, "a"), None, ttl, now),
+            Some(Exclusion::Restarted {
+                until: now + Duration::from_secs(2)
+            })
+        );
+        assert_eq!(
+            classify(&info(1, "a"), None, ttl, now),
+            Some(Exclusion::Restarted {
+                until: now + Duration::from_secs(1)
+            })
+        );
+        assert_eq!(classify(&info(2, "a"), None, ttl, now), None);
+        // A changed run_id quarantines for the whole window even if uptime looks long.
+        assert_eq!(
+            classify(&info(100, "b"), Some("a"), ttl, now),
+            Some(Exclusion::Restarted {
+                until: now + Duration::from_secs(2)
+            })
+        );
+        assert_eq!(classify(&info(100, "a"), Some("a"), ttl, now), None);
+        let mut r = info(100, "a");
+        r.role = "slave".into();
+        assert_eq!(classify(&r, None, ttl, now), Some(Exclusion::Replica));
+        let mut e = info(100, "a");
+        e.maxmemory_policy = "volatile-lru".into();
+        assert_eq!(
+            classify(&e, None, ttl, now),
+            Some(Exclusion::Evicting("volatile-lru".into()))
+        );
+    }
+}
