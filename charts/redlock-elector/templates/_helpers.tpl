@@ -124,5 +124,5 @@ Output: a YAML list.
 
 {{/* Mount path of the password file when redisAuth.mountAsFile. */}}
 {{- define "redlock-elector.passwordDir" -}}
-/etc/redlock-elector/redis-auth
+/var/run/secrets/redlock-elector/redis
 {{- end -}}

@@ -1,0 +1,513 @@
+"""Assertions on what the chart renders (Helm v4 SDK), the parent-chart example and manifests/.
+
+Run through scripts/check-packaging.sh, which sets REDLOCK_ELECTOR_BIN to the static binary for
+the check-config tests. Run alone: .venv-tools/bin/pytest tests/packaging
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import helm_python as helm
+import pytest
+import yaml
+
+import chartlib
+
+EXPECTED_RBAC = yaml.safe_load((Path(__file__).parent / "expected-rbac.yaml").read_text())
+SIDECAR = "redlock-elector"
+MANIFESTS = chartlib.REPO / "manifests"
+
+
+# ---------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def renders() -> dict[str, list[dict[str, Any]]]:
+    """case -> objects, for every ci/*.yaml, the parent example and manifests/."""
+    out = {}
+    for case, path in chartlib.ci_cases().items():
+        out[case] = chartlib.split_objects(chartlib.render_chart(chartlib.load_values(path)))
+    with chartlib.ParentChart() as parent:
+        out["parent-app"] = chartlib.split_objects(parent.render())
+    out["manifests"] = [
+        doc
+        for f in sorted(MANIFESTS.rglob("*.yaml"))
+        if f.name != "kustomization.yaml"
+        for doc in yaml.safe_load_all(f.read_text())
+        if doc
+    ]
+    return out
+
+
+def values(case: str) -> dict[str, Any]:
+    return chartlib.load_values(chartlib.ci_cases()[case])
+
+
+def one(objects: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def workloads(objects: list[dict]) -> list[dict]:
+    return [o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+
+
+def pod_spec(obj: dict) -> dict:
+    return obj["spec"]["template"]["spec"]
+
+
+def elector_pod(objects: list[dict]) -> dict:
+    """The one workload whose pod carries the sidecar."""
+    found = [
+        w
+        for w in workloads(objects)
+        if any(c["name"] == SIDECAR for c in all_containers(pod_spec(w)))
+    ]
+    assert len(found) == 1, f"expected one workload with the sidecar, found {len(found)}"
+    return found[0]
+
+
+def all_containers(spec: dict) -> Iterator[dict]:
+    yield from spec.get("initContainers") or []
+    yield from spec.get("containers") or []
+
+
+def sidecar_of(spec: dict) -> dict:
+    (c,) = [c for c in all_containers(spec) if c["name"] == SIDECAR]
+    return c
+
+
+def config_of(objects: list[dict]) -> dict:
+    cms = [o for o in objects if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {})]
+    assert len(cms) == 1
+    return yaml.safe_load(cms[0]["data"]["config.yaml"])
+
+
+WITH_WORKLOAD = ["defaults", "native-off", "monitoring", "redis", "parent-app", "manifests"]
+ALL_CASES = WITH_WORKLOAD + ["include-from-parent"]
+
+
+# ---------------------------------------------------------------------------- sidecar shape
+
+
+@pytest.mark.parametrize("case", ["defaults", "monitoring", "redis", "parent-app", "manifests"])
+def test_native_sidecar_by_default(renders, case):
+    spec = pod_spec(elector_pod(renders[case]))
+    init = [c for c in spec.get("initContainers", []) if c["name"] == SIDECAR]
+    assert len(init) == 1, "the sidecar must be an init container (native sidecar)"
+    assert init[0]["restartPolicy"] == "Always"
+    assert SIDECAR not in [c["name"] for c in spec["containers"]]
+    probe = init[0]["startupProbe"]["httpGet"]
+    assert probe["path"] == "/readyz"
+    assert probe["port"] == init[0]["ports"][0]["name"]
+
+
+def test_classic_container_when_native_off(renders):
+    spec = pod_spec(elector_pod(renders["native-off"]))
+    assert not spec.get("initContainers"), "no init containers when sidecar.native=false"
+    side = sidecar_of(spec)
+    assert side in spec["containers"]
+    assert "restartPolicy" not in side
+    assert elector_pod(renders["native-off"])["kind"] == "StatefulSet"
+    headless = one(renders["native-off"], "Service", "demo-redlock-elector-headless")
+    assert elector_pod(renders["native-off"])["spec"]["serviceName"] == headless["metadata"]["name"]
+
+
+@pytest.mark.parametrize("case", WITH_WORKLOAD)
+def test_probes_and_ports_match_config(renders, case):
+    objects = renders[case]
+    side = sidecar_of(pod_spec(elector_pod(objects)))
+    cfg = config_of(objects)
+    host, port = cfg["ops"]["listen"].rsplit(":", 1)
+    assert host == "0.0.0.0"
+    (ops,) = side["ports"]
+    assert ops["containerPort"] == int(port)
+    assert side["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": ops["name"]}
+    assert side["readinessProbe"]["httpGet"]["path"] in ("/readyz", "/readyz/leader")
+    assert side["readinessProbe"]["httpGet"]["port"] == ops["name"]
+    # The app-facing API must stay on loopback and must not be exposed as a port.
+    assert cfg["api"]["listen"].startswith("127.0.0.1:")
+    assert cfg["api"]["listen"].split(":")[1] not in [str(p["containerPort"]) for p in side["ports"]]
+
+
+def test_leader_only_readiness_switch(renders):
+    side = sidecar_of(pod_spec(elector_pod(renders["redis"])))
+    assert side["readinessProbe"]["httpGet"]["path"] == "/readyz/leader"
+    assert side["startupProbe"]["httpGet"]["path"] == "/readyz"
+
+
+@pytest.mark.parametrize("case", WITH_WORKLOAD)
+def test_downward_api_env_and_config_mount(renders, case):
+    objects = renders[case]
+    spec = pod_spec(elector_pod(objects))
+    side = sidecar_of(spec)
+    env = {e["name"]: e for e in side["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert side["args"][:2] == ["--config", "/etc/redlock-elector/config.yaml"]
+    mount = next(m for m in side["volumeMounts"] if m["mountPath"] == "/etc/redlock-elector")
+    vol = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    cm = one(objects, "ConfigMap", vol["configMap"]["name"])
+    assert "config.yaml" in cm["data"]
+
+
+def test_password_from_existing_secret_as_env():
+    objs = chartlib.split_objects(
+        chartlib.render_chart(dict(values("defaults"), redisAuth={"existingSecret": "redis-auth", "key": "pw"}))
+    )
+    side = sidecar_of(pod_spec(elector_pod(objs)))
+    env = {e["name"]: e for e in side["env"]}
+    ref = env["REDLOCK_ELECTOR_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "redis-auth", "key": "pw"}
+    assert "passwordFile" not in config_of(objs)["redis"]
+
+
+def test_password_from_existing_secret_as_file(renders):
+    objs = renders["redis"]
+    spec = pod_spec(elector_pod(objs))
+    side = sidecar_of(spec)
+    assert "REDLOCK_ELECTOR_REDIS_PASSWORD" not in [e["name"] for e in side["env"]]
+    path = config_of(objs)["redis"]["passwordFile"]
+    mount = next(m for m in side["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    vol = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert vol["secret"]["secretName"] == "redis-password"
+    assert mount["readOnly"] is True
+    # The demo Redis takes the same password.
+    redis = one(objs, "StatefulSet", "demo-redlock-elector-redis")
+    (container,) = pod_spec(redis)["containers"]
+    assert "--requirepass" in container["args"]
+
+
+# -------------------------------------------------------------------------------- security
+
+
+def effective(container: dict, pod: dict, key: str) -> Any:
+    sc = container.get("securityContext") or {}
+    return sc[key] if key in sc else (pod.get("securityContext") or {}).get(key)
+
+
+@pytest.mark.parametrize("case", WITH_WORKLOAD)
+def test_hardened_security_context(renders, case):
+    for w in workloads(renders[case]):
+        spec = pod_spec(w)
+        for c in all_containers(spec):
+            where = f"{case}: {w['kind']}/{w['metadata']['name']} container {c['name']}"
+            sc = c.get("securityContext") or {}
+            assert effective(c, spec, "runAsNonRoot") is True, where
+            assert sc.get("readOnlyRootFilesystem") is True, where
+            assert sc.get("allowPrivilegeEscalation") is False, where
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+            assert not sc.get("capabilities", {}).get("add"), where
+            assert (effective(c, spec, "seccompProfile") or {}).get("type") == "RuntimeDefault", where
+            assert c.get("resources", {}).get("limits", {}).get("memory"), f"{where}: memory limit"
+            assert c.get("resources", {}).get("requests"), f"{where}: requests"
+        side = sidecar_of(spec) if w is elector_pod(renders[case]) else None
+        if side:
+            assert side["securityContext"]["runAsUser"] == 65532
+            assert side["securityContext"]["runAsGroup"] == 65532
+
+
+# ------------------------------------------------------------------------------------ RBAC
+
+
+def normalise(rules: list[dict]) -> list[tuple]:
+    return sorted(
+        (tuple(sorted(r.get("apiGroups", []))), tuple(sorted(r.get("resources", []))),
+         tuple(sorted(r.get("verbs", []))), tuple(sorted(r.get("resourceNames", []))))
+        for r in rules
+    )
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_rbac_is_exactly_what_the_binary_uses(renders, case):
+    objects = renders[case]
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, "RBAC must be namespace-scoped"
+    role = one(objects, EXPECTED_RBAC["kind"])
+    assert normalise(role["rules"]) == normalise(EXPECTED_RBAC["rules"])
+    for r in role["rules"]:
+        assert "*" not in r["verbs"] and "*" not in r["resources"] and "*" not in r["apiGroups"]
+    binding = one(objects, "RoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]
+    }
+    sa = one(objects, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+         "namespace": binding["subjects"][0]["namespace"]}
+    ]
+    if case != "manifests":  # manifests/ leave the namespace to kustomize
+        ns = {o["metadata"].get("namespace") for o in (role, binding, sa)}
+        assert ns == {binding["subjects"][0]["namespace"]}
+    if case in WITH_WORKLOAD:
+        assert pod_spec(elector_pod(objects))["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_rbac_template_is_the_single_source():
+    """The Role rules live in one named template; expected-rbac.yaml mirrors it."""
+    text = (chartlib.CHART / "templates" / "_rbac.tpl").read_text()
+    assert text.count("define \"redlock-elector.roleRules\"") == 1
+    assert "ClusterRole" not in text
+
+
+# ------------------------------------------------------------------ leader Service, labels
+
+
+@pytest.mark.parametrize("case", WITH_WORKLOAD)
+def test_leader_service_selects_leader_of_this_lease(renders, case):
+    objects = renders[case]
+    cfg = config_of(objects)
+    lease = cfg["lease"]["name"]
+    label = cfg["kubernetes"]["label"]
+    svc = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-leader"))
+    assert svc["spec"]["selector"] == {"redlock-elector/lease": lease, label["key"]: label["leader"]}
+    pod_labels = elector_pod(objects)["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["redlock-elector/lease"] == lease
+    assert label["key"] not in pod_labels, "the sidecar owns the role label, not the template"
+    # Workload selectors must never contain the role label (it changes at run time).
+    assert label["key"] not in elector_pod(objects)["spec"]["selector"]["matchLabels"]
+
+
+@pytest.mark.parametrize("case", WITH_WORKLOAD)
+def test_selectors_do_not_overlap(renders, case):
+    ws = workloads(renders[case])
+    for a in ws:
+        for b in ws:
+            if a is not b:
+                sel = a["spec"]["selector"]["matchLabels"]
+                labels = b["spec"]["template"]["metadata"]["labels"]
+                assert not all(labels.get(k) == v for k, v in sel.items()), (
+                    f"{a['metadata']['name']} would select pods of {b['metadata']['name']}"
+                )
+
+
+def test_config_checksum_rolls_pods():
+    a = elector_pod(chartlib.split_objects(chartlib.render_chart(values("defaults"))))
+    changed = values("defaults")
+    changed["config"]["lease"] = {"ttl": "15s"}
+    b = elector_pod(chartlib.split_objects(chartlib.render_chart(changed)))
+    key = "checksum/redlock-elector-config"
+    assert a["spec"]["template"]["metadata"]["annotations"][key] != b["spec"]["template"]["metadata"]["annotations"][key]
+
+
+# ------------------------------------------------------------------- include-from-parent
+
+
+def test_parent_example_uses_dependency_objects(renders):
+    objects = renders["parent-app"]
+    dep = one(objects, "Deployment", "shop-parent-app")
+    spec = pod_spec(dep)
+    assert [c["name"] for c in spec["containers"]] == ["app"]
+    assert [c["name"] for c in spec["initContainers"]] == [SIDECAR]
+    cm_name = next(v for v in spec["volumes"] if "configMap" in v)["configMap"]["name"]
+    one(objects, "ConfigMap", cm_name)  # rendered by the dependency itself
+    assert config_of(objects)["lease"]["name"] == "parent-app"
+    # The dependency rendered no workload of its own.
+    assert [w["metadata"]["name"] for w in workloads(objects)] == ["shop-parent-app"]
+
+
+def test_include_from_parent_values_render_no_workload(renders):
+    assert workloads(renders["include-from-parent"]) == []
+    kinds = sorted(o["kind"] for o in renders["include-from-parent"])
+    assert kinds == ["ConfigMap", "Role", "RoleBinding", "Service", "ServiceAccount"]
+
+
+def test_parent_example_classic_container_when_native_off():
+    with chartlib.ParentChart() as parent:
+        objects = chartlib.split_objects(parent.render({"elector": {"sidecar": {"native": False}}}))
+    spec = pod_spec(one(objects, "Deployment", "shop-parent-app"))
+    assert "initContainers" not in spec
+    assert [c["name"] for c in spec["containers"]] == ["app", SIDECAR]
+
+
+# ------------------------------------------------------------------------- optional extras
+
+
+def test_defaults_render_no_extras(renders):
+    kinds = {o["kind"] for o in renders["defaults"]}
+    assert not kinds & {"PodMonitor", "PrometheusRule", "StatefulSet"}
+    assert [o for o in renders["defaults"] if o["kind"] == "ConfigMap" and "dashboard" in o["metadata"]["name"]] == []
+
+
+def test_monitoring_objects(renders):
+    objects = renders["monitoring"]
+    pm = one(objects, "PodMonitor")
+    side = sidecar_of(pod_spec(elector_pod(objects)))
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == side["ports"][0]["name"]
+    assert pm["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
+    assert pm["spec"]["selector"]["matchLabels"] == {"redlock-elector/lease": config_of(objects)["lease"]["name"]}
+    assert pm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    rule = one(objects, "PrometheusRule")
+    alerts = yaml.safe_load((chartlib.CHART / "files" / "alerts.yaml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"]
+    dash = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard"))
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (content,) = dash["data"].values()
+    assert json.loads(content) == json.loads((chartlib.CHART / "files" / "dashboard.json").read_text())
+
+
+def test_demo_redis_instances_are_independent_masters(renders):
+    objects = renders["redis"]
+    sts = one(objects, "StatefulSet", "demo-redlock-elector-redis")
+    svc = one(objects, "Service", "demo-redlock-elector-redis")
+    assert sts["spec"]["replicas"] == 3 and svc["spec"]["clusterIP"] == "None"
+    args = pod_spec(sts)["containers"][0]["args"]
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    assert "--replicaof" not in args and "--slaveof" not in args
+    eps = config_of(objects)["redis"]["endpoints"]
+    assert eps == [f"redis://demo-redlock-elector-redis-{i}.demo-redlock-elector-redis:6379" for i in range(3)]
+
+
+def test_missing_endpoints_fail_with_a_clear_message():
+    with pytest.raises(helm.HelmError, match="config.redis.endpoints"):
+        chartlib.render_chart({})
+
+
+# ---------------------------------------------------------------------------------- schema
+
+
+BAD_VALUES = [
+    {"sidecar": {"native": "yes"}},
+    {"workload": {"kind": "DaemonSet"}},
+    {"unknownTopLevel": 1},
+    {"sidecar": {"unknown": 1}},
+    {"config": {"lease": {"ttl": "10"}}},
+    {"config": {"lease": {"name": "Not_A_DNS_Label"}}},
+    {"config": {"lease": {"driftFactor": 0.5}}},
+    {"config": {"redis": {"endpoints": ["http://x:6379"]}}},
+    {"config": {"log": {"format": "xml"}}},
+    {"sidecar": {"opsPort": 70000}},
+    {"sidecar": {"readinessPath": "/"}},
+    {"redis": {"instances": 0}},
+]
+
+
+@pytest.mark.parametrize("bad", BAD_VALUES, ids=lambda v: json.dumps(v))
+def test_schema_rejects_bad_values(bad):
+    with helm.Chart.load(str(chartlib.CHART)) as chart:
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(bad)
+
+
+@pytest.mark.parametrize("case", sorted(chartlib.ci_cases()))
+def test_schema_accepts_ci_values(case):
+    with helm.Chart.load(str(chartlib.CHART)) as chart:
+        chart.validate_schema(values(case))
+
+
+def leaves(node: Any, path: tuple = ()) -> Iterator[tuple]:
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            yield from leaves(v, path + (k,))
+    else:
+        yield path
+
+
+def test_schema_covers_every_value():
+    schema = json.loads((chartlib.CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((chartlib.CHART / "values.yaml").read_text())
+
+    def resolve(s):
+        while "$ref" in s:
+            s = schema["definitions"][s["$ref"].split("/")[-1]]
+        return s
+
+    for path in leaves(defaults):
+        s = schema
+        for key in path:
+            s = resolve(s)
+            props = s.get("properties", {})
+            if key in props:
+                s = props[key]
+            elif s.get("type") == "object" and "properties" not in s:
+                break  # a free-form Kubernetes object (resources requests, labels, ...)
+            else:
+                pytest.fail(f"values.schema.json does not describe {'.'.join(path)}")
+        resolved = resolve(s)
+        assert "type" in resolved or "enum" in resolved, f"{'.'.join(path)} has no type"
+    # And every object in the schema is closed, so typos are rejected.
+    def closed(s, where):
+        s = resolve(s)
+        if "properties" in s:
+            assert s.get("additionalProperties") is False, f"{where} accepts unknown keys"
+            for k, v in s["properties"].items():
+                if k != "global":
+                    closed(v, f"{where}.{k}")
+    closed(schema, "values")
+
+
+def test_version_constant_matches_chart():
+    meta = yaml.safe_load((chartlib.CHART / "Chart.yaml").read_text())
+    text = (chartlib.CHART / "templates" / "_helpers.tpl").read_text()
+    m = re.search(r'define "redlock-elector.version" -}}\s*(\S+)\s*{{-', text)
+    assert m and m.group(1) == meta["appVersion"] == meta["version"]
+
+
+# ---------------------------------------------------------------- the config vs the binary
+
+
+def binary() -> str:
+    path = os.environ.get("REDLOCK_ELECTOR_BIN")
+    if not path:
+        pytest.fail("REDLOCK_ELECTOR_BIN is not set: run scripts/check-packaging.sh, which builds the "
+                    "static binary, or set it to a built redlock-elector")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"REDLOCK_ELECTOR_BIN={path} is not an executable")
+    return path
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_rendered_config_passes_check_config(renders, case, tmp_path):
+    cfg = config_of(renders[case])
+    secret = "s3cr3t-from-the-secret-mount"
+    if "passwordFile" in cfg["redis"]:
+        pw = tmp_path / "password"
+        pw.write_text(secret + "\n")
+        cfg["redis"]["passwordFile"] = str(pw)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    # The environment the pod gives the sidecar: downward API, in-cluster, password from the
+    # Secret (check-config contacts neither Redis nor the API server).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDLOCK_ELECTOR_", "KUBERNETES_"))}
+    env.update(POD_NAME="demo-7d9f-abcde", POD_NAMESPACE=chartlib.NAMESPACE,
+               KUBERNETES_SERVICE_HOST="10.96.0.1", KUBERNETES_SERVICE_PORT="443",
+               REDLOCK_ELECTOR_REDIS_PASSWORD=secret)
+    proc = subprocess.run([binary(), "check-config", str(path)], capture_output=True, text=True,
+                          env=env, timeout=30)
+    assert proc.returncode == 0, f"check-config rejected the {case} config:\n{proc.stderr}\n{path.read_text()}"
+    effective_cfg = yaml.safe_load(proc.stdout)
+    assert effective_cfg["lease"]["name"] == cfg["lease"]["name"]
+    assert effective_cfg["redis"]["endpoints"] == cfg["redis"]["endpoints"]
+    assert effective_cfg["identity"] == "demo-7d9f-abcde", "identity must default to $POD_NAME"
+    assert secret not in proc.stdout + proc.stderr, "check-config leaked the password"
+
+
+def test_check_config_rejects_a_broken_rendered_config(renders, tmp_path):
+    cfg = config_of(renders["defaults"])
+    cfg["lease"]["ttl"] = "10"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([binary(), "check-config", str(path)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "lease.ttl" in proc.stderr
+
+
+# --------------------------------------------------------------------- Dockerfile in step
+
+
+def test_dockerfile_and_ci_build_use_the_same_flags():
+    dockerfile = (chartlib.REPO / "Dockerfile").read_text()
+    script = (chartlib.REPO / "scripts" / "check-packaging.sh").read_text()
+    for needle in ('RUSTFLAGS="-C target-feature=+crt-static"', "--target x86_64-unknown-linux-gnu"):
+        assert needle in dockerfile and needle in script, needle
+    assert "FROM gcr.io/distroless/static-debian12:nonroot" in dockerfile
+    assert "USER 65532:65532" in dockerfile
+    values_file = yaml.safe_load((chartlib.CHART / "values.yaml").read_text())
+    assert values_file["sidecar"]["securityContext"]["runAsUser"] == 65532
