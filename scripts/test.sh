@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs (redis-server, and whatever the check scripts
+# need), runs every Rust test (unit + integration against real redis-server processes and the
+# real binary), then every scripts/check-*.sh (packaging, observability, ...).
+#
+#   ./scripts/test.sh            everything
+#   ./scripts/test.sh --rust     only the Rust tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+ensure_apt redis-server redis-server
+ensure_apt curl curl
+
+echo "== cargo test (unit + integration; real redis-server processes, real binary, real signals)"
+cargo test --locked --all-targets -- --test-threads="${TEST_THREADS:-2}"
+
+if [ "${1:-}" = "--rust" ]; then exit 0; fi
+shopt -s nullglob
+for check in scripts/check-*.sh; do
+  echo "== $check"
+  bash "$check"
+done
+echo "== all tests passed"

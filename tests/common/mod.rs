@@ -1,0 +1,385 @@
+//! Test harness: real `redis-server` processes on loopback ports and the real sidecar binary.
+//! Everything started here is killed on drop, so a failing test leaves nothing behind.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+/// The answer of `GET /leader`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct View {
+    pub lease: String,
+    pub identity: String,
+    pub is_leader: bool,
+    pub leader: Option<String>,
+    pub fencing_token: Option<u64>,
+    pub valid_for_ms: u64,
+    pub version: u64,
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `redis-server`, or a panic that says how to install it. Never a silent skip.
+pub fn redis_server_bin() -> PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain(["/usr/bin", "/usr/local/bin", "/usr/sbin"]) {
+        let p = PathBuf::from(dir).join("redis-server");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "redis-server not found on PATH: these tests need real Redis servers. \
+         Install it with `sudo apt-get install -y redis-server` (or run ./scripts/test.sh, which does)"
+    );
+}
+
+/// Send a signal with kill(1).
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success();
+    assert!(ok, "kill -{sig} {pid} failed");
+}
+
+/// A temporary directory removed on drop.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("redlock-elector-test").tempdir().unwrap()
+}
+
+/// One `redis-server` process without persistence.
+pub struct Redis {
+    pub port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl Redis {
+    /// Start on a free port.
+    pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    /// Start on a free port with extra arguments (e.g. `--maxmemory-policy allkeys-lru`).
+    pub fn start_with(extra: &[&str]) -> Redis {
+        let mut r = Redis {
+            port: free_port(),
+            child: None,
+            dir: tempdir(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(redis_server_bin())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", self.dir.path().to_str().unwrap()])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.cli(&["PING"]).as_deref() != Some("PONG") {
+            assert!(Instant::now() < deadline, "redis-server on {} did not start", self.port);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("redis is running").id()
+    }
+
+    /// SIGKILL the server (data is lost: there is no persistence).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Start again after a kill.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "still running");
+        self.spawn();
+    }
+
+    pub fn stop(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    pub fn cont(&self) {
+        signal(self.pid(), "CONT");
+    }
+
+    /// Run a command over a raw RESP connection; `None` if the server is unreachable.
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        resp_command(self.port, args)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Minimal RESP client for assertions (GET, PING, INFO), independent of the code under test.
+pub fn resp_command(port: u16, args: &[&str]) -> Option<String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+    }
+    s.write_all(req.as_bytes()).ok()?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let line = line.trim_end().to_string();
+    match line.chars().next()? {
+        '+' | '-' | ':' => Some(line[1..].to_string()),
+        '$' => {
+            let n: i64 = line[1..].parse().ok()?;
+            if n < 0 {
+                return Some(String::new());
+            }
+            let mut buf = vec![0; n as usize + 2];
+            r.read_exact(&mut buf).ok()?;
+            buf.truncate(n as usize);
+            Some(String::from_utf8_lossy(&buf).into_owned())
+        }
+        _ => Some(line),
+    }
+}
+
+/// Options for one sidecar.
+#[derive(Clone)]
+pub struct Opts {
+    pub lease: String,
+    pub ttl: &'static str,
+    pub retry_every: &'static str,
+    pub timeout: &'static str,
+    pub extra: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            lease: "test".into(),
+            ttl: "1s",
+            retry_every: "200ms",
+            timeout: "50ms",
+            extra: vec![],
+            env: vec![],
+        }
+    }
+}
+
+/// The real `redlock-elector` binary, running.
+pub struct Sidecar {
+    pub identity: String,
+    pub api_port: u16,
+    pub ops_port: u16,
+    child: Option<Child>,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_redlock-elector")
+}
+
+impl Sidecar {
+    pub fn start(identity: &str, redis: &[&Redis], opts: &Opts) -> Sidecar {
+        let urls: Vec<String> = redis.iter().map(|r| r.url()).collect();
+        Sidecar::start_urls(identity, &urls, opts)
+    }
+
+    pub fn start_urls(identity: &str, urls: &[String], opts: &Opts) -> Sidecar {
+        let dir = tempdir();
+        let log = dir.path().join("sidecar.log");
+        let api_port = free_port();
+        let ops_port = free_port();
+        let mut cmd = Command::new(binary());
+        cmd.args(["--identity", identity, "--lease", &opts.lease, "--ttl", opts.ttl])
+            .args(["--retry-every", opts.retry_every, "--redis-timeout", opts.timeout])
+            .args(["--api-listen", &format!("127.0.0.1:{api_port}"), "--ops-listen", &format!("127.0.0.1:{ops_port}")])
+            .args(["--log-format", "json", "--kubernetes", "false"]);
+        for u in urls {
+            cmd.args(["--redis", u]);
+        }
+        cmd.args(&opts.extra);
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        cmd.env_remove("KUBERNETES_SERVICE_HOST");
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn redlock-elector");
+        let s = Sidecar { identity: identity.into(), api_port, ops_port, child: Some(child), log, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.try_leader().is_none() {
+            assert!(Instant::now() < deadline, "sidecar {identity} did not start serving:\n{}", s.logs());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        s
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.api_port, path)
+    }
+
+    pub fn ops_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.ops_port, path)
+    }
+
+    /// `GET /leader`, or `None` if the sidecar does not answer.
+    pub fn try_leader(&self) -> Option<View> {
+        let (status, body) = http("GET", self.api_port, "/leader")?;
+        (status == 200).then(|| serde_json::from_str(&body).expect("valid /leader JSON"))
+    }
+
+    pub fn leader(&self) -> View {
+        self.try_leader().unwrap_or_else(|| panic!("{} does not answer /leader:\n{}", self.identity, self.logs()))
+    }
+
+    pub fn signal(&self, sig: &str) {
+        signal(self.pid(), sig);
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Send SIGTERM and wait for the exit; returns the exit code and how long it took.
+    pub fn terminate(&mut self) -> (Option<i32>, Duration) {
+        let mut c = self.child.take().expect("running");
+        let t0 = Instant::now();
+        signal(c.id(), "TERM");
+        let deadline = t0 + Duration::from_secs(10);
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return (st.code(), t0.elapsed());
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("sidecar did not exit within 10s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A tiny HTTP/1.1 client (one request per connection), so polling is cheap and independent of
+/// the code under test. Returns (status, body).
+pub fn http(method: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    http_timeout(method, port, path, Duration::from_secs(5))
+}
+
+pub fn http_timeout(method: &str, port: u16, path: &str, timeout: Duration) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.set_nodelay(true).ok()?;
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
+    Some((status, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Poll `f` every `every` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// The one sidecar among `sidecars` that answers `is_leader: true`, if exactly one does.
+pub fn sole_leader(sidecars: &[&Sidecar]) -> Option<usize> {
+    let leaders: Vec<usize> =
+        sidecars.iter().enumerate().filter(|(_, s)| s.try_leader().is_some_and(|v| v.is_leader)).map(|(i, _)| i).collect();
+    (leaders.len() == 1).then(|| leaders[0])
+}
+
+/// Start `n` Redis servers and wait out their start-up quarantine (ttl + 1 s), so elections in
+/// the test are not delayed by it.
+pub fn redis_cluster(n: usize, ttl: Duration) -> Vec<Redis> {
+    let nodes: Vec<Redis> = (0..n).map(|_| Redis::start()).collect();
+    std::thread::sleep(ttl + Duration::from_millis(1100));
+    nodes
+}
+
+/// Print a measured figure so it lands in the test output (`--nocapture`) and CI logs.
+pub fn report(what: &str, value: impl std::fmt::Display) {
+    eprintln!("[figure] {what}: {value}");
+}
