@@ -31,7 +31,18 @@ die() { printf '\ncheck-packaging: FAILED: %s\n' "$*" >&2; exit 1; }
 step "Python tools in .venv-tools/ ($(basename "$REQS"))"
 if ! command -v python3 >/dev/null; then die "python3 is missing (apt-get install python3 python3-venv)"; fi
 if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV" || die "python3 -m venv failed (on Debian: apt-get install -y python3-venv)"
+  if ! python3 -m venv "$VENV"; then
+    rm -rf "$VENV"
+    # Debian's python3 ships venv separately.
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; } \
+        || die "could not install python3-venv"
+      python3 -m venv "$VENV" || die "python3 -m venv failed"
+    else
+      die "python3 -m venv failed (on Debian: apt-get install -y python3-venv)"
+    fi
+  fi
 fi
 stamp="$VENV/.requirements.sha256"
 want="$(sha256sum "$REQS" | cut -d' ' -f1)"

@@ -511,3 +511,14 @@ def test_dockerfile_and_ci_build_use_the_same_flags():
     assert "USER 65532:65532" in dockerfile
     values_file = yaml.safe_load((chartlib.CHART / "values.yaml").read_text())
     assert values_file["sidecar"]["securityContext"]["runAsUser"] == 65532
+
+
+def test_native_sidecar_refused_before_kubernetes_1_29(capfd):
+    """Below 1.29 the chart must refuse the native sidecar with a clear message rather than
+    produce a pod that never starts. Only lint can set the cluster version through the SDK, and
+    Helm's lint mode turns `fail` into a log line on stderr (it does not fail), so read that."""
+    vals = values("defaults")
+    chartlib.helm.lint(str(chartlib.CHART), vals, strict=True, kube_version="v1.28.0")
+    assert "sidecar.native=true needs Kubernetes >= 1.29" in capfd.readouterr().err
+    vals["sidecar"] = {"native": False}
+    assert chartlib.lint(chartlib.CHART, vals, "1.27.0") == []

@@ -70,6 +70,11 @@ failureThreshold: {{ $p.failureThreshold }}
 
 {{- define "redlock-elector.sidecar.container" -}}
 {{- $s := .values.sidecar -}}
+{{- /* Before 1.29 the API server drops restartPolicy from init containers (unknown field) or
+       ignores it (feature gate off): the sidecar would then block the pod forever. */ -}}
+{{- if and $s.native (semverCompare "<1.29.0-0" .root.Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "redlock-elector: sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is %s: set sidecar.native=false" .root.Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 - name: {{ $s.name }}
   image: {{ include "redlock-elector.image" . | quote }}
   imagePullPolicy: {{ .values.image.pullPolicy }}
