@@ -38,6 +38,9 @@ pub struct Metrics {
     pub stalled: IntGauge,
     /// Times the election loop's timer slipped beyond the margin.
     pub stalls: prometheus::IntCounter,
+    /// Kubernetes API requests of the `kube` publisher by verb (get | list | patch | create)
+    /// and result (ok | conflict | forbidden | not_found | error | timeout).
+    pub kube_requests: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -137,6 +140,14 @@ impl Metrics {
             "Times the election loop's timer slipped beyond the stall margin",
         ))
         .unwrap();
+        let kube_requests = IntCounterVec::new(
+            Opts::new(
+                "redlock_elector_kube_requests_total",
+                "Kubernetes API requests by verb and result",
+            ),
+            &["verb", "result"],
+        )
+        .unwrap();
         let build_info = IntGaugeVec::new(
             Opts::new("redlock_elector_build_info", "Build information; always 1"),
             &["version"],
@@ -166,6 +177,7 @@ impl Metrics {
             Box::new(redis_command_errors.clone()),
             Box::new(stalled.clone()),
             Box::new(stalls.clone()),
+            Box::new(kube_requests.clone()),
             Box::new(build_info),
         ];
         for col in collectors {
@@ -186,6 +198,7 @@ impl Metrics {
             redis_command_errors,
             stalled,
             stalls,
+            kube_requests,
         }
     }
 
