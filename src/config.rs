@@ -143,6 +143,11 @@ pub const SETTINGS: &[Setting] = &[
         help: "Emit Kubernetes Events on leadership changes [default: true]",
     },
     Setting {
+        key: "kubernetes.fencingTokenAnnotation",
+        flag: "fencing-token-annotation",
+        help: "Annotate the leader pod with redlock-elector/fencing-token [default: false]",
+    },
+    Setting {
         key: "log.format",
         flag: "log-format",
         help: "Log format: json|text [default: json]",
@@ -323,6 +328,8 @@ pub struct KubernetesConfig {
     pub label_follower: String,
     /// Emit Events.
     pub events: bool,
+    /// Publish the fencing token as the `redlock-elector/fencing-token` pod annotation.
+    pub fencing_token_annotation: bool,
     /// Whether `KUBERNETES_SERVICE_HOST` was set (for `auto`).
     pub in_cluster: bool,
 }
@@ -447,6 +454,7 @@ struct FileKube {
     namespace: Option<Scalar>,
     label: Option<FileLabel>,
     events: Option<Scalar>,
+    fencing_token_annotation: Option<Scalar>,
 }
 
 #[derive(Deserialize, Default)]
@@ -540,6 +548,10 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Raw, ConfigError> {
     raw.put("kubernetes.podName", kube.pod_name);
     raw.put("kubernetes.namespace", kube.namespace);
     raw.put("kubernetes.events", kube.events);
+    raw.put(
+        "kubernetes.fencingTokenAnnotation",
+        kube.fencing_token_annotation,
+    );
     let label = kube.label.unwrap_or_default();
     raw.put("kubernetes.label.key", label.key);
     raw.put("kubernetes.label.leader", label.leader);
@@ -600,6 +612,8 @@ pub fn cli() -> clap::Command {
     use clap::{Arg, ArgAction};
     let mut cmd = clap::Command::new("redlock-elector")
         .version(env!("CARGO_PKG_VERSION"))
+        // A later flag overrides an earlier one (wrappers append to a base command line).
+        .args_override_self(true)
         .about("Kubernetes leader-election sidecar: a Redlock lease over several independent Redis masters")
         .after_help(
             "Every setting can also come from the YAML file and from env REDLOCK_ELECTOR_<KEY> \
@@ -640,7 +654,9 @@ fn value_name(key: &str) -> &'static str {
         | "redis.connectTimeout" => "DURATION",
         "api.listen" | "ops.listen" => "ADDR",
         "redis.passwordFile" | "redis.tls.caFile" => "FILE",
-        "redis.tls.insecureSkipVerify" | "kubernetes.events" => "BOOL",
+        "redis.tls.insecureSkipVerify"
+        | "kubernetes.events"
+        | "kubernetes.fencingTokenAnnotation" => "BOOL",
         _ => "VALUE",
     }
 }
@@ -1044,6 +1060,10 @@ pub fn validate(
         Some(s) => parse_bool("kubernetes.events", s)?,
         None => true,
     };
+    let fencing_token_annotation = match raw.get("kubernetes.fencingTokenAnnotation") {
+        Some(s) => parse_bool("kubernetes.fencingTokenAnnotation", s)?,
+        None => false,
+    };
     let kubernetes = KubernetesConfig {
         enabled,
         pod_name: pod_name.clone(),
@@ -1052,6 +1072,7 @@ pub fn validate(
         label_leader,
         label_follower,
         events,
+        fencing_token_annotation,
         in_cluster: env
             .var("KUBERNETES_SERVICE_HOST")
             .is_some_and(|s| !s.is_empty()),
@@ -1219,6 +1240,7 @@ pub fn effective_yaml(c: &Config) -> String {
         namespace: &'a str,
         label: OutLabel<'a>,
         events: bool,
+        fencing_token_annotation: bool,
     }
     #[derive(Serialize)]
     struct OutLabel<'a> {
@@ -1293,6 +1315,7 @@ pub fn effective_yaml(c: &Config) -> String {
                 follower: &k.label_follower,
             },
             events: k.events,
+            fencing_token_annotation: k.fencing_token_annotation,
         },
         log: OutLog {
             format: if c.log.format == LogFormat::Json {
@@ -1461,6 +1484,71 @@ mod tests {
             let e = load(yaml, &env()).unwrap_err();
             assert_eq!(&e.field, field, "{yaml}: {e}");
         }
+    }
+
+    #[test]
+    fn fencing_token_annotation() {
+        let c = load(OK, &env()).unwrap();
+        assert!(!c.kubernetes.fencing_token_annotation, "off by default");
+        let c = load(
+            &format!("{OK}kubernetes: {{fencingTokenAnnotation: true}}"),
+            &env(),
+        )
+        .unwrap();
+        assert!(c.kubernetes.fencing_token_annotation);
+        assert!(effective_yaml(&c).contains("fencingTokenAnnotation: true"));
+        let e = load(
+            &format!("{OK}kubernetes: {{fencingTokenAnnotation: sometimes}}"),
+            &env(),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "kubernetes.fencingTokenAnnotation", "{e}");
+        let mut e = env();
+        e.vars.insert(
+            "REDLOCK_ELECTOR_KUBERNETES_FENCING_TOKEN_ANNOTATION".into(),
+            "true".into(),
+        );
+        assert!(load(OK, &e).unwrap().kubernetes.fencing_token_annotation);
+        let cmd = parse_args(["re", "--fencing-token-annotation", "false"], &e).unwrap();
+        let Command::Run(mut raw, _) = cmd else {
+            panic!()
+        };
+        raw.set("lease.name", "a".into());
+        raw.set("redis.endpoints", "redis://a".into());
+        assert!(
+            !validate(&raw, &e, false)
+                .unwrap()
+                .kubernetes
+                .fencing_token_annotation
+        );
+    }
+
+    #[test]
+    fn a_repeated_flag_takes_the_last_value() {
+        let e = env();
+        let cmd = parse_args(
+            [
+                "re",
+                "--lease",
+                "a",
+                "--redis",
+                "redis://a",
+                "--redis",
+                "redis://b",
+                "--redis",
+                "redis://c",
+                "--kubernetes",
+                "false",
+                "--kubernetes",
+                "true",
+            ],
+            &e,
+        )
+        .unwrap();
+        let Command::Run(raw, _) = cmd else { panic!() };
+        let c = validate(&raw, &e, false).unwrap();
+        assert!(c.kubernetes.is_enabled());
+        assert_eq!(c.redis.endpoints.len(), 3, "--redis still accumulates");
     }
 
     #[test]
