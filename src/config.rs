@@ -1219,7 +1219,6 @@ pub fn effective_yaml(c: &Config) -> String {
         connect_timeout: String,
         username: String,
         password_file: String,
-        password: String,
         tls: OutTls,
     }
     #[derive(Serialize)]
@@ -1280,11 +1279,6 @@ pub fn effective_yaml(c: &Config) -> String {
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
-            password: if c.redis.password.is_some() {
-                "<redacted>".into()
-            } else {
-                String::new()
-            },
             tls: OutTls {
                 ca_file: c
                     .redis
@@ -1303,7 +1297,7 @@ pub fn effective_yaml(c: &Config) -> String {
         },
         kubernetes: OutKube {
             enabled: match k.enabled {
-                KubeEnabled::Auto => format!("auto (resolves to {})", k.is_enabled()),
+                KubeEnabled::Auto => "auto".into(),
                 KubeEnabled::On => "true".into(),
                 KubeEnabled::Off => "false".into(),
             },
@@ -1326,7 +1320,28 @@ pub fn effective_yaml(c: &Config) -> String {
             level: &c.log.level,
         },
     };
-    serde_saphyr::to_string(&out).unwrap_or_else(|e| format!("# cannot render settings: {e}\n"))
+    let mut notes =
+        String::from("# effective settings of redlock-elector (default < file < env < flag)\n");
+    if let Some(source) = match (&c.redis.password, &c.redis.password_file) {
+        (Some(_), Some(_)) => Some("redis.passwordFile"),
+        (Some(_), None) => Some(PASSWORD_ENV),
+        _ => None,
+    } {
+        notes.push_str(&format!("# redis password: <redacted> (from {source})\n"));
+    }
+    if k.enabled == KubeEnabled::Auto {
+        notes.push_str(&format!(
+            "# kubernetes.enabled: auto resolves to {}\n",
+            k.is_enabled()
+        ));
+    }
+    for w in &c.warnings {
+        notes.push_str(&format!("# warning: {w}\n"));
+    }
+    match serde_saphyr::to_string(&out) {
+        Ok(yaml) => notes + &yaml,
+        Err(e) => format!("{notes}# cannot render settings: {e}\n"),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,131 @@
+//! Redis node failures and process pauses, with real servers and signals.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn opts() -> Opts {
+    Opts {
+        ttl: "1s",
+        retry_every: "200ms",
+        ..Opts::default()
+    }
+}
+
+#[test]
+fn minority_down_keeps_leader_majority_down_steps_down_by_deadline_and_recovers() {
+    let mut nodes = redis_cluster(5, TTL);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let a = Sidecar::start("a", &refs, &opts());
+    let b = Sidecar::start("b", &refs, &opts());
+    let both = [&a, &b];
+    let l = wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+        sole_leader(&both)
+    })
+    .expect("a leader");
+    let leader = both[l];
+    let token = leader.leader().fencing_token;
+
+    // Minority (2 of 5) down: the leader keeps leading through several renewals.
+    nodes[0].kill();
+    nodes[1].kill();
+    let until = Instant::now() + TTL * 3;
+    while Instant::now() < until {
+        let v = leader.leader();
+        assert!(
+            v.is_leader,
+            "leader lost the lease with a quorum of 3 nodes up:\n{}",
+            leader.logs()
+        );
+        assert_eq!(v.fencing_token, token);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Majority down (3 of 5): no renewal can succeed; it must stop saying leader by its deadline.
+    let deadline = Instant::now() + Duration::from_millis(leader.leader().valid_for_ms);
+    nodes[2].kill();
+    let stepped = wait_for(TTL * 2, Duration::from_millis(2), || {
+        (!leader.leader().is_leader).then(Instant::now)
+    })
+    .expect("stops answering is_leader within 2×ttl");
+    assert!(
+        stepped <= deadline + Duration::from_millis(20),
+        "answered leader after its deadline by {:?}",
+        stepped.saturating_duration_since(deadline)
+    );
+    report(
+        "majority loss: step-down relative to deadline (ms before)",
+        deadline.saturating_duration_since(stepped).as_millis(),
+    );
+    // With no quorum, nobody leads.
+    std::thread::sleep(TTL);
+    assert!(!a.leader().is_leader && !b.leader().is_leader);
+
+    // Bring them back (empty): after their quarantine (ttl + 1s) a leader is elected again.
+    for n in &mut nodes[..3] {
+        n.start_again();
+    }
+    let t0 = Instant::now();
+    let back = wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+        sole_leader(&both)
+    });
+    assert!(
+        back.is_some(),
+        "a leader again after the nodes returned:\n{}\n{}",
+        a.logs(),
+        b.logs()
+    );
+    report(
+        "re-election after majority returned (includes ttl+1s quarantine), ms",
+        t0.elapsed().as_millis(),
+    );
+    let new_token = both[back.unwrap()].leader().fencing_token.unwrap();
+    assert!(
+        new_token > token.unwrap(),
+        "fencing token increased: {new_token} > {token:?}"
+    );
+}
+
+#[test]
+fn sigstop_longer_than_ttl_never_answers_leader_after_resume() {
+    let nodes = redis_cluster(3, TTL);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let a = Sidecar::start("a", &refs, &opts());
+    let b = Sidecar::start("b", &refs, &opts());
+    let both = [&a, &b];
+    let l = wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+        sole_leader(&both)
+    })
+    .expect("a leader");
+    let (paused, other) = (both[l], both[1 - l]);
+    paused.signal("STOP");
+    let took_over = wait_for(TTL * 3, Duration::from_millis(5), || {
+        other.leader().is_leader.then_some(())
+    });
+    assert!(
+        took_over.is_some(),
+        "the other sidecar leads while the leader is stopped"
+    );
+    std::thread::sleep(TTL / 2);
+    paused.signal("CONT");
+    // Its very first answer after resuming must not claim leadership.
+    let first = wait_for(Duration::from_secs(2), Duration::from_millis(1), || {
+        paused.try_leader()
+    })
+    .expect("answers after SIGCONT");
+    assert!(
+        !first.is_leader,
+        "paused leader claimed leadership after resuming: {first:?}"
+    );
+    assert!(other.leader().is_leader);
+    // And for a while after, never two leaders.
+    let until = Instant::now() + TTL * 2;
+    while Instant::now() < until {
+        let n = [&a, &b].iter().filter(|s| s.leader().is_leader).count();
+        assert!(n <= 1, "two leaders after resume");
+    }
+}
