@@ -193,6 +193,9 @@ impl Elector {
         let mut next_attempt = Instant::now();
         let mut fast_streak = 0u32;
         let mut cooldown_until: Option<Instant> = None;
+        // Start of the current failover gap (for `acquire_wait`): when the lease was last known
+        // held by someone else, or the first attempt that found it free.
+        let mut free_since: Option<Instant> = None;
         loop {
             // ---- follower: wait for the next attempt ----
             let woke_by_notice = tokio::select! {
@@ -223,14 +226,22 @@ impl Elector {
                 if cur.is_some() && cur.as_deref() != Some(&self.identity) {
                     self.publish(None, None);
                 }
+                free_since = Some(Instant::now());
                 let j = rand::rng().random_range(0..2_000u64);
                 tokio::time::sleep(Duration::from_micros(j)).await;
             }
+            let attempted_at = Instant::now();
             let outcome = self.redlock.acquire(&self.identity).await;
             let retry = self.jittered_retry();
             match outcome {
                 Acquire::Acquired(lease) => {
                     fast_streak = 0;
+                    let since = free_since.take().unwrap_or(attempted_at);
+                    self.metrics.acquire_wait.observe(
+                        Instant::now()
+                            .saturating_duration_since(since)
+                            .as_secs_f64(),
+                    );
                     let reason = self.lead(lease, &mut stop).await;
                     self.reason_tx.send_replace(Some(reason));
                     if reason == StepDownReason::Shutdown {
@@ -243,6 +254,7 @@ impl Elector {
                 }
                 Acquire::Contended(obs) => {
                     fast_streak = 0;
+                    free_since = Some(Instant::now() + obs.free_in.unwrap_or_default());
                     self.publish(None, obs.holder);
                     // Wake when a quorum of keys can have expired (a crashed leader), if sooner.
                     let at_expiry = obs
@@ -251,6 +263,7 @@ impl Elector {
                     next_attempt = Instant::now() + at_expiry.map_or(retry, |d| d.min(retry));
                 }
                 Acquire::NoQuorum(obs) => {
+                    free_since.get_or_insert(attempted_at);
                     if obs.holder.is_none() {
                         let cur = self.tx.borrow().leader.clone();
                         if cur.is_some() {
@@ -268,6 +281,7 @@ impl Elector {
                 }
                 Acquire::Error => {
                     fast_streak = 0;
+                    free_since.get_or_insert(attempted_at);
                     next_attempt = Instant::now() + retry;
                 }
             }

@@ -26,6 +26,19 @@ pub struct Metrics {
     pub fencing_token: IntGauge,
     /// Duration of acquire attempts (all results).
     pub acquire_duration: Histogram,
+    /// Failover gap seen by a new leader: from when the lease was last known held by someone
+    /// else (the expiry its last `contended` reply predicted, or the release notice) — or from
+    /// the first attempt, when it saw no holder — to this acquisition.
+    pub acquire_wait: Histogram,
+    /// 1 while this sidecar knows a current holder (itself, or the holder it last observed).
+    pub leader_known: IntGauge,
+    /// Votes needed for a quorum (⌊N/2⌋+1); compared with `redis_endpoints_usable`.
+    pub quorum: IntGauge,
+    /// Endpoints that are connected and not quarantined, evaluated at scrape time.
+    pub redis_endpoints_usable: IntGauge,
+    /// `{lease, identity}` = 1: joins identity and lease onto per-endpoint series. Set by the
+    /// ops server, which knows the identity.
+    pub lease_info: IntGaugeVec,
     /// 1 while a verified connection to the endpoint is up.
     pub redis_up: IntGaugeVec,
     /// 1 while the endpoint does not count toward a quorum (restart, replica, evicting policy).
@@ -45,6 +58,11 @@ pub struct Metrics {
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// Failover gaps: milliseconds for a graceful handover, up to ttl + retryEvery after a crash.
+const WAIT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
 ];
 
 impl Metrics {
@@ -95,6 +113,38 @@ impl Metrics {
             )
             .const_label("lease", lease)
             .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .unwrap();
+        let acquire_wait = Histogram::with_opts(
+            HistogramOpts::new(
+                "redlock_elector_acquire_wait_seconds",
+                "Failover gap seen by a new leader: from when the lease was last known held by another sidecar (or the first failed attempt) to acquiring it",
+            )
+            .const_label("lease", lease)
+            .buckets(WAIT_BUCKETS.to_vec()),
+        )
+        .unwrap();
+        let leader_known = IntGauge::with_opts(c(
+            "redlock_elector_leader_known",
+            "1 while this sidecar knows a current holder of the lease (itself or the holder it last observed)",
+        ))
+        .unwrap();
+        let quorum = IntGauge::with_opts(c(
+            "redlock_elector_quorum",
+            "Redis endpoints needed for a quorum (N/2+1)",
+        ))
+        .unwrap();
+        let redis_endpoints_usable = IntGauge::with_opts(c(
+            "redlock_elector_redis_endpoints_usable",
+            "Redis endpoints that are connected and not quarantined (a quorum needs redlock_elector_quorum)",
+        ))
+        .unwrap();
+        let lease_info = IntGaugeVec::new(
+            c(
+                "redlock_elector_lease_info",
+                "Lease and identity of this sidecar; always 1 (join on job, instance to add lease to per-endpoint series)",
+            ),
+            &["identity"],
         )
         .unwrap();
         let redis_up = IntGaugeVec::new(
@@ -171,6 +221,11 @@ impl Metrics {
             Box::new(lease_valid_seconds.clone()),
             Box::new(fencing_token.clone()),
             Box::new(acquire_duration.clone()),
+            Box::new(acquire_wait.clone()),
+            Box::new(leader_known.clone()),
+            Box::new(quorum.clone()),
+            Box::new(redis_endpoints_usable.clone()),
+            Box::new(lease_info.clone()),
             Box::new(redis_up.clone()),
             Box::new(redis_quarantined.clone()),
             Box::new(redis_command_duration.clone()),
@@ -192,6 +247,11 @@ impl Metrics {
             lease_valid_seconds,
             fencing_token,
             acquire_duration,
+            acquire_wait,
+            leader_known,
+            quorum,
+            redis_endpoints_usable,
+            lease_info,
             redis_up,
             redis_quarantined,
             redis_command_duration,

@@ -42,6 +42,22 @@ impl Ops {
         self.metrics
             .fencing_token
             .set(view.fencing_token.map_or(0, |t| t as i64));
+        self.metrics
+            .leader_known
+            .set(i64::from(view.leader.is_some()));
+        self.metrics
+            .lease_info
+            .with_label_values(&[&self.shared.identity])
+            .set(1);
+        let usable = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_up() && n.counts(now))
+            .count();
+        self.metrics.redis_endpoints_usable.set(usable as i64);
+        self.metrics
+            .quorum
+            .set(crate::redlock::math::quorum(self.nodes.len()) as i64);
         for n in &self.nodes {
             n.publish_quarantine(now);
         }
