@@ -1,0 +1,414 @@
+//! The checker: records every sidecar's leadership from its own answers and verifies S1 (no
+//! instant at which two sidecars both answer `is_leader: true`) and S2 (tokens of successive
+//! terms strictly increase).
+//!
+//! One thread per sidecar polls `GET /leader` over a keep-alive connection, every
+//! [`POLL_EVERY`] plus the round trip, and stamps each answer with `sent` (before the request was
+//! written) and `received` (after the answer was read) on the checker's monotonic clock. The
+//! sidecar evaluated its answer at some unknown instant in `[sent, received]`.
+//!
+//! **Model.** Consecutive answers of one process that say leader with the same token belong to
+//! one term, and a term is one interval: the sidecar's deadline only moves forward while it
+//! leads, and leading again needs a new acquisition, hence a new token. So a run of such answers
+//! proves leadership at least over `[received(first), sent(last)]`, whatever the exact
+//! evaluation instants were. A failed poll breaks the run (nothing is assumed across it).
+//!
+//! **S1.** Runs X and Y of two sidecars *provably* overlap iff `received(first X) ≤ sent(last Y)`
+//! and `received(first Y) ≤ sent(last X)`: then every choice of evaluation instants makes the two
+//! intervals intersect. Anything less certain (e.g. one sidecar's last answer and the other's
+//! first answer had overlapping request windows) is not counted, so every reported overlap is
+//! real; a handover faster than the polling resolution is simply not judged.
+//!
+//! **S2.** A term is (sidecar, process generation, token). Term Y provably came before term X iff
+//! `received(first Y) < sent(last X)` and not the other way round. A violation is two distinct
+//! terms with the same token, or a later term with a smaller token.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Pause between one answer and the next request; with the round trip, well under 5 ms.
+pub const POLL_EVERY: Duration = Duration::from_millis(2);
+
+/// A stretch of consecutive, agreeing answers of one sidecar process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Sidecar slot.
+    pub slot: usize,
+    /// Process generation in the slot (a restarted sidecar is a new generation).
+    pub generation: u32,
+    /// The answers' `is_leader`.
+    pub is_leader: bool,
+    /// The answers' `fencing_token`.
+    pub token: Option<u64>,
+    /// (sent, received) of the first answer, since the checker's start.
+    pub first: (Duration, Duration),
+    /// (sent, received) of the last answer.
+    pub last: (Duration, Duration),
+    /// Answers in the stretch.
+    pub answers: u64,
+}
+
+impl Segment {
+    /// A segment of one answer (for building synthetic histories).
+    pub fn one(slot: usize, leader: Option<u64>, sent_ms: u64, received_ms: u64) -> Segment {
+        let at = (
+            Duration::from_millis(sent_ms),
+            Duration::from_millis(received_ms),
+        );
+        Segment {
+            slot,
+            generation: 1,
+            is_leader: leader.is_some(),
+            token: leader,
+            first: at,
+            last: at,
+            answers: 1,
+        }
+    }
+
+    /// Extend with a later answer (for synthetic histories).
+    pub fn to(mut self, sent_ms: u64, received_ms: u64) -> Segment {
+        self.last = (
+            Duration::from_millis(sent_ms),
+            Duration::from_millis(received_ms),
+        );
+        self.answers += 1;
+        self
+    }
+}
+
+/// Two sidecars provably leading at once.
+#[derive(Clone, Debug)]
+pub struct Overlap {
+    /// (slot, generation, token) of each.
+    pub a: (usize, u32, Option<u64>),
+    pub b: (usize, u32, Option<u64>),
+    /// Bounds of the proven common stretch (a single instant somewhere inside when it is
+    /// proven through one answer's window).
+    pub from: Duration,
+    pub to: Duration,
+}
+
+/// Two terms whose tokens do not increase.
+#[derive(Clone, Debug)]
+pub struct TokenViolation {
+    /// (slot, generation, token, first received) of the earlier term.
+    pub earlier: (usize, u32, u64, Duration),
+    /// The same for the later term.
+    pub later: (usize, u32, u64, Duration),
+}
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// S1 violations.
+    pub overlaps: Vec<Overlap>,
+    /// S2 violations.
+    pub token_violations: Vec<TokenViolation>,
+    /// Distinct terms observed.
+    pub terms: usize,
+    /// Tokens in the order their terms were first seen.
+    pub tokens: Vec<u64>,
+    /// Per millisecond since the start: whether some sidecar answered leader around then.
+    pub led: Vec<bool>,
+}
+
+/// Check S1 and S2 over the segments of every slot.
+pub fn analyze(segments: &[Segment]) -> Report {
+    let runs: Vec<&Segment> = segments.iter().filter(|s| s.is_leader).collect();
+    let mut report = Report::default();
+    for (i, x) in runs.iter().enumerate() {
+        for y in &runs[i + 1..] {
+            if x.slot == y.slot {
+                continue;
+            }
+            if x.first.1 <= y.last.0 && y.first.1 <= x.last.0 {
+                let from = x.first.1.max(y.first.1);
+                let to = x.last.0.min(y.last.0);
+                report.overlaps.push(Overlap {
+                    a: (x.slot, x.generation, x.token),
+                    b: (y.slot, y.generation, y.token),
+                    from: from.min(to),
+                    to: to.max(from),
+                });
+            }
+        }
+    }
+    // Terms: (slot, generation, token) → (earliest received, latest sent).
+    let mut terms: Vec<((usize, u32, u64), Duration, Duration)> = Vec::new();
+    for s in &runs {
+        let key = (s.slot, s.generation, s.token.unwrap_or(0));
+        match terms.iter_mut().find(|(k, _, _)| *k == key) {
+            Some(t) => {
+                t.1 = t.1.min(s.first.1);
+                t.2 = t.2.max(s.last.0);
+            }
+            None => terms.push((key, s.first.1, s.last.0)),
+        }
+    }
+    terms.sort_by_key(|t| t.1);
+    report.terms = terms.len();
+    report.tokens = terms.iter().map(|t| t.0.2).collect();
+    for (i, x) in terms.iter().enumerate() {
+        for y in &terms[i + 1..] {
+            let x_before_y = x.1 < y.2;
+            let y_before_x = y.1 < x.2;
+            let (earlier, later) = match (x_before_y, y_before_x) {
+                (true, false) => (x, y),
+                (false, true) => (y, x),
+                // Unordered (too close to call) or overlapping (an S1 finding): only equal
+                // tokens are certainly wrong.
+                _ => (x, y),
+            };
+            let unordered = x_before_y == y_before_x;
+            let bad = if unordered {
+                earlier.0.2 == later.0.2
+            } else {
+                later.0.2 <= earlier.0.2
+            };
+            if bad {
+                report.token_violations.push(TokenViolation {
+                    earlier: (earlier.0.0, earlier.0.1, earlier.0.2, earlier.1),
+                    later: (later.0.0, later.0.1, later.0.2, later.1),
+                });
+            }
+        }
+    }
+    let end = segments.iter().map(|s| s.last.1).max().unwrap_or_default();
+    let mut led = vec![false; end.as_millis() as usize + 1];
+    for s in &runs {
+        let a = ((s.first.0 + s.first.1) / 2).as_millis() as usize;
+        let b = ((s.last.0 + s.last.1) / 2).as_millis() as usize;
+        for slot in &mut led[a..=b] {
+            *slot = true;
+        }
+    }
+    report.led = led;
+    report
+}
+
+/// Where one slot's current process answers.
+#[derive(Default)]
+struct Target {
+    /// API port; 0 while no process runs in the slot.
+    port: AtomicU16,
+    /// Bumped for every new process.
+    generation: AtomicU32,
+}
+
+/// Spacing of one slot's requests, for the report.
+#[derive(Clone, Debug, Default)]
+pub struct PollStats {
+    /// Answers received.
+    pub answers: u64,
+    /// Failed polls (process down, killed mid-request).
+    pub failures: u64,
+    /// Histogram of the time between consecutive requests of one connection, 1 ms buckets
+    /// (the last bucket collects everything longer).
+    pub spacing_ms: Vec<u64>,
+}
+
+impl PollStats {
+    /// The `q`-quantile of the request spacing, in ms.
+    pub fn spacing_quantile(&self, q: f64) -> usize {
+        let total: u64 = self.spacing_ms.iter().sum();
+        let mut seen = 0;
+        for (ms, n) in self.spacing_ms.iter().enumerate() {
+            seen += n;
+            if seen as f64 >= q * total as f64 {
+                return ms;
+            }
+        }
+        self.spacing_ms.len()
+    }
+}
+
+/// Background pollers of every sidecar slot.
+pub struct Checker {
+    /// Origin of every timestamp.
+    pub t0: Instant,
+    targets: Vec<Arc<Target>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<(Vec<Segment>, PollStats)>>,
+}
+
+/// Everything the pollers saw.
+pub struct Observations {
+    /// Segments of all slots.
+    pub segments: Vec<Segment>,
+    /// Per-slot polling statistics.
+    pub stats: Vec<PollStats>,
+}
+
+impl Checker {
+    /// Start polling `ports` (one per slot; 0 = nothing runs there yet).
+    pub fn start(ports: &[u16]) -> Checker {
+        let t0 = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut targets = Vec::new();
+        let mut threads = Vec::new();
+        for (slot, &port) in ports.iter().enumerate() {
+            let target = Arc::new(Target::default());
+            target.port.store(port, Ordering::SeqCst);
+            target.generation.store(1, Ordering::SeqCst);
+            let (t, s) = (target.clone(), stop.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("checker-{slot}"))
+                    .spawn(move || poll(slot, t0, &t, &s))
+                    .unwrap(),
+            );
+            targets.push(target);
+        }
+        Checker {
+            t0,
+            targets,
+            stop,
+            threads,
+        }
+    }
+
+    /// Slot `slot` now runs a new process answering on `port`.
+    pub fn point(&self, slot: usize, port: u16) {
+        let t = &self.targets[slot];
+        t.generation.fetch_add(1, Ordering::SeqCst);
+        t.port.store(port, Ordering::SeqCst);
+    }
+
+    /// Slot `slot` has no process (about to be killed, or killed).
+    pub fn down(&self, slot: usize) {
+        self.targets[slot].port.store(0, Ordering::SeqCst);
+    }
+
+    /// Time since the checker started.
+    pub fn now(&self) -> Duration {
+        self.t0.elapsed()
+    }
+
+    /// Stop polling and hand over what was seen. Every sidecar must answer (not be stopped).
+    pub fn finish(self) -> Observations {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut segments = Vec::new();
+        let mut stats = Vec::new();
+        for t in self.threads {
+            let (seg, st) = t.join().expect("checker thread");
+            segments.extend(seg);
+            stats.push(st);
+        }
+        Observations { segments, stats }
+    }
+}
+
+/// The JSON fields the checker needs.
+#[derive(serde::Deserialize)]
+struct Answer {
+    is_leader: bool,
+    fencing_token: Option<u64>,
+}
+
+fn poll(slot: usize, t0: Instant, target: &Target, stop: &AtomicBool) -> (Vec<Segment>, PollStats) {
+    let mut segments: Vec<Segment> = Vec::new();
+    let mut stats = PollStats {
+        spacing_ms: vec![0; 1001],
+        ..PollStats::default()
+    };
+    let mut conn: Option<(u16, u32, BufReader<TcpStream>)> = None;
+    let mut gap = true;
+    let mut last_sent: Option<Instant> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let port = target.port.load(Ordering::SeqCst);
+        let generation = target.generation.load(Ordering::SeqCst);
+        if port == 0 {
+            conn = None;
+            gap = true;
+            last_sent = None;
+            std::thread::sleep(POLL_EVERY);
+            continue;
+        }
+        if conn
+            .as_ref()
+            .is_none_or(|(p, g, _)| (*p, *g) != (port, generation))
+        {
+            conn = TcpStream::connect(("127.0.0.1", port)).ok().map(|s| {
+                let _ = s.set_nodelay(true);
+                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                (port, generation, BufReader::new(s))
+            });
+            last_sent = None;
+        }
+        let sent = Instant::now();
+        let answer = conn.as_mut().and_then(|(_, _, c)| request(c));
+        let received = Instant::now();
+        let Some(a) = answer else {
+            stats.failures += 1;
+            conn = None;
+            gap = true;
+            std::thread::sleep(POLL_EVERY);
+            continue;
+        };
+        if let Some(prev) = last_sent {
+            let ms = (sent - prev).as_millis().min(1000) as usize;
+            stats.spacing_ms[ms] += 1;
+        }
+        last_sent = Some(sent);
+        stats.answers += 1;
+        let at = (sent - t0, received - t0);
+        let token = if a.is_leader { a.fencing_token } else { None };
+        match segments.last_mut() {
+            Some(s)
+                if !gap
+                    && s.generation == generation
+                    && s.is_leader == a.is_leader
+                    && s.token == token =>
+            {
+                s.last = at;
+                s.answers += 1;
+            }
+            _ => segments.push(Segment {
+                slot,
+                generation,
+                is_leader: a.is_leader,
+                token,
+                first: at,
+                last: at,
+                answers: 1,
+            }),
+        }
+        gap = false;
+        std::thread::sleep(POLL_EVERY);
+    }
+    (segments, stats)
+}
+
+/// One `GET /leader` on a keep-alive connection.
+fn request(c: &mut BufReader<TcpStream>) -> Option<Answer> {
+    c.get_mut()
+        .write_all(b"GET /leader HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut line = String::new();
+    c.read_line(&mut line).ok()?;
+    if !line.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    let mut length = None;
+    loop {
+        line.clear();
+        c.read_line(&mut line).ok()?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse::<usize>().ok();
+        }
+    }
+    let mut body = vec![0; length?];
+    c.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
