@@ -14,7 +14,7 @@
 //!   publishes a `watch` of [`leadership::Leadership`].
 //! - [`leadership`] — the published state and the answer-time [`leadership::View`].
 //! - publishers, each a consumer of that watch: [`api`] (/leader, long-poll, SSE, step-down),
-//!   [`ops`] (/metrics, probes).
+//!   [`ops`] (/metrics, probes), [`kube`] (pod label, fencing-token annotation, Events).
 //! - [`metrics`] — the Prometheus registry.
 //! - [`run`] — wiring: start everything, wait for a signal, shut down.
 //! - [`logging`] — tracing setup (json or text).
@@ -25,6 +25,7 @@
 pub mod api;
 pub mod config;
 pub mod elector;
+pub mod kube;
 pub mod leadership;
 pub mod logging;
 pub mod metrics;

@@ -15,10 +15,14 @@ use tokio::sync::watch;
 use crate::api::{self, Shared};
 use crate::config::Config;
 use crate::elector::{self, Elector, Timing};
+use crate::kube;
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
 use crate::redlock::Redlock;
 use crate::{Error, Result};
+
+/// Longest wait for the pod label to show follower at shutdown, after the release.
+const KUBE_FINISH: Duration = Duration::from_secs(1);
 
 /// Run the sidecar until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
@@ -66,6 +70,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         stop_rx.clone(),
     ));
 
+    // The kube publisher only reads the leadership watches; it is told to finish after the
+    // elector has released, and then gets at most KUBE_FINISH to label the pod follower.
+    let publisher = kube::Settings::from_config(&config).map(|settings| {
+        let (finish_tx, finish_rx) = watch::channel(false);
+        let task = tokio::spawn(
+            kube::Publisher::new(
+                settings,
+                metrics.clone(),
+                handles.leadership.clone(),
+                handles.reason.clone(),
+            )
+            .run(finish_rx),
+        );
+        (finish_tx, task)
+    });
+
     let shared = Shared {
         lease: config.lease.name.as_str().into(),
         identity: config.identity.as_str().into(),
@@ -87,11 +107,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             nodes: redlock.nodes().to_vec(),
         },
     ));
-    if config.kubernetes.is_enabled() {
-        tracing::warn!(
-            "kubernetes publishing is enabled in config but not part of this build; no pod label is set"
-        );
-    }
     tracing::info!(
         identity = %config.identity,
         lease = %config.lease.name,
@@ -123,6 +138,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             "release did not finish within the grace period"
         );
         elector_task.abort();
+    }
+    if let Some((finish_tx, mut task)) = publisher {
+        // The whole shutdown stays within 2×timeout + 1s, however slow the API server is.
+        let bound = config.redis.timeout * 2 + Duration::from_secs(1);
+        let left = bound
+            .saturating_sub(started.elapsed())
+            .saturating_sub(Duration::from_millis(50))
+            .min(KUBE_FINISH);
+        let _ = finish_tx.send(true);
+        if tokio::time::timeout(left, &mut task).await.is_err() {
+            tracing::warn!(
+                waited_ms = left.as_millis() as u64,
+                "pod label not confirmed as follower before exit (API server slow or unreachable)"
+            );
+            task.abort();
+        }
     }
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
