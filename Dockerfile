@@ -26,6 +26,7 @@ COPY src ./src
 RUN find src -name '*.rs' -exec touch {} + \
     && cargo build --release --locked --target x86_64-unknown-linux-gnu --bin redlock-elector \
     && cp target/x86_64-unknown-linux-gnu/release/redlock-elector /redlock-elector \
+    && strip /redlock-elector \
     && /redlock-elector --version
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -118,7 +118,13 @@ else
   step "static binary: SKIP_STATIC_BUILD set, using $BIN"
 fi
 [ -x "$BIN" ] || die "no binary at $BIN"
-step "smoke test of $BIN"
+# The image ships the binary stripped (Dockerfile: strip /redlock-elector); so does this check.
+unstripped_size="$(stat -c %s "$BIN")"
+mkdir -p "$OUT"
+cp "$BIN" "$OUT/redlock-elector"
+strip "$OUT/redlock-elector" || die "strip failed (apt-get install binutils)"
+BIN="$OUT/redlock-elector"
+step "smoke test of $BIN (stripped, as in the image)"
 if ldd "$BIN" 2>&1 | grep -q "=>"; then
   ldd "$BIN"; die "binary is dynamically linked; distroless/static has no libc"
 fi
@@ -129,13 +135,17 @@ root="$(mktemp -d)"
 trap 'rm -rf "$root"' EXIT
 mkdir -p "$root/etc/redlock-elector"
 cp "$BIN" "$root/redlock-elector"
+chmod 0755 "$root" "$root/etc" "$root/etc/redlock-elector" "$root/redlock-elector"
 "$PY" - "$OUT/rendered/defaults.yaml" "$root/etc/redlock-elector/config.yaml" <<'EOF'
 import sys, yaml
 cm = next(o for o in yaml.safe_load_all(open(sys.argv[1])) if o and o["kind"] == "ConfigMap")
 open(sys.argv[2], "w").write(cm["data"]["config.yaml"])
 EOF
+chmod 0644 "$root/etc/redlock-elector/config.yaml"
 if [ "$(id -u)" = 0 ] && command -v chroot >/dev/null; then
-  chroot --userspec=65532:65532 "$root" /redlock-elector check-config /etc/redlock-elector/config.yaml \
+  # Only the environment the pod gives it (downward API, in-cluster service variables).
+  env -i POD_NAME=demo-7d9f-abcde POD_NAMESPACE=demo-ns KUBERNETES_SERVICE_HOST=10.96.0.1 KUBERNETES_SERVICE_PORT=443 \
+    "$(command -v chroot)" --userspec=65532:65532 "$root" /redlock-elector check-config /etc/redlock-elector/config.yaml \
     > "$OUT/check-config.out" || { cat "$OUT/check-config.out"; die "check-config on the chart's config failed in an empty root as uid 65532"; }
   echo "    check-config of the chart's rendered config: ok (empty root, uid 65532, no libc)"
 else
@@ -143,8 +153,10 @@ else
     || { cat "$OUT/check-config.out"; die "check-config on the chart's config failed"; }
   echo "    check-config of the chart's rendered config: ok"
 fi
+mib() { awk "BEGIN{printf \"%.1f\", $1/1048576}"; }
 size="$(stat -c %s "$BIN")"
-printf '    static binary size: %s bytes (%s MiB)\n' "$size" "$(awk "BEGIN{printf \"%.1f\", $size/1048576}")"
+printf '    static binary size: %s bytes (%s MiB) stripped, as in the image; %s MiB unstripped\n' \
+  "$size" "$(mib "$size")" "$(mib "$unstripped_size")"
 
 # ------------------------------------------------------------------------------ assertions
 step "assertion tests (pytest tests/packaging)"
