@@ -853,7 +853,11 @@ pub fn validate(
             format!("{} is below the minimum of 100ms", fmt_dur(ttl)),
         ));
     }
-    let renew_every = dur("lease.renewEvery", ttl / 3)?;
+    // Whole milliseconds keep the default readable (10s → 3s 333ms).
+    let renew_every = dur(
+        "lease.renewEvery",
+        Duration::from_millis((ttl.as_millis() / 3) as u64),
+    )?;
     if renew_every.is_zero() || renew_every >= ttl / 2 {
         return Err(err(
             "lease.renewEvery",
@@ -1386,7 +1390,7 @@ mod tests {
         let c = load(OK, &env()).unwrap();
         assert_eq!(c.identity, "pod-a");
         assert_eq!(c.lease.ttl, Duration::from_secs(10));
-        assert_eq!(c.lease.renew_every, Duration::from_secs(10) / 3);
+        assert_eq!(c.lease.renew_every, Duration::from_millis(3333));
         assert_eq!(c.lease.retry_every, Duration::from_secs(1));
         assert_eq!(c.lease.key_prefix, "redlock-elector:");
         assert_eq!(c.redis.timeout, Duration::from_millis(50));
