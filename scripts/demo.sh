@@ -27,7 +27,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo; echo "interrupted"; exit 130' INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A port nobody listens on (bash only: a fresh machine may lack python).
+free_port() {
+  local p
+  while :; do
+    p=$(( 20000 + RANDOM % 30000 ))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+  done
+}
 
 REDIS_URLS=()
 for i in 1 2 3; do
