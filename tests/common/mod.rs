@@ -23,12 +23,20 @@ pub struct View {
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// `redis-server`, or a panic that says how to install it. Never a silent skip.
 pub fn redis_server_bin() -> PathBuf {
-    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain(["/usr/bin", "/usr/local/bin", "/usr/sbin"]) {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain([
+        "/usr/bin",
+        "/usr/local/bin",
+        "/usr/sbin",
+    ]) {
         let p = PathBuf::from(dir).join("redis-server");
         if p.is_file() {
             return p;
@@ -42,13 +50,21 @@ pub fn redis_server_bin() -> PathBuf {
 
 /// Send a signal with kill(1).
 pub fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap().success();
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "kill -{sig} {pid} failed");
 }
 
 /// A temporary directory removed on drop.
 pub fn tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("redlock-elector-test").tempdir().unwrap()
+    tempfile::Builder::new()
+        .prefix("redlock-elector-test")
+        .tempdir()
+        .unwrap()
 }
 
 /// One `redis-server` process without persistence.
@@ -79,7 +95,16 @@ impl Redis {
 
     fn spawn(&mut self) {
         let child = Command::new(redis_server_bin())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--dir", self.dir.path().to_str().unwrap()])
             .args(&self.extra)
             .stdout(Stdio::null())
@@ -89,7 +114,11 @@ impl Redis {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.cli(&["PING"]).as_deref() != Some("PONG") {
-            assert!(Instant::now() < deadline, "redis-server on {} did not start", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {} did not start",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -222,10 +251,27 @@ impl Sidecar {
         let api_port = free_port();
         let ops_port = free_port();
         let mut cmd = Command::new(binary());
-        cmd.args(["--identity", identity, "--lease", &opts.lease, "--ttl", opts.ttl])
-            .args(["--retry-every", opts.retry_every, "--redis-timeout", opts.timeout])
-            .args(["--api-listen", &format!("127.0.0.1:{api_port}"), "--ops-listen", &format!("127.0.0.1:{ops_port}")])
-            .args(["--log-format", "json", "--kubernetes", "false"]);
+        cmd.args([
+            "--identity",
+            identity,
+            "--lease",
+            &opts.lease,
+            "--ttl",
+            opts.ttl,
+        ])
+        .args([
+            "--retry-every",
+            opts.retry_every,
+            "--redis-timeout",
+            opts.timeout,
+        ])
+        .args([
+            "--api-listen",
+            &format!("127.0.0.1:{api_port}"),
+            "--ops-listen",
+            &format!("127.0.0.1:{ops_port}"),
+        ])
+        .args(["--log-format", "json", "--kubernetes", "false"]);
         for u in urls {
             cmd.args(["--redis", u]);
         }
@@ -239,10 +285,21 @@ impl Sidecar {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn redlock-elector");
-        let s = Sidecar { identity: identity.into(), api_port, ops_port, child: Some(child), log, _dir: dir };
+        let s = Sidecar {
+            identity: identity.into(),
+            api_port,
+            ops_port,
+            child: Some(child),
+            log,
+            _dir: dir,
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while s.try_leader().is_none() {
-            assert!(Instant::now() < deadline, "sidecar {identity} did not start serving:\n{}", s.logs());
+            assert!(
+                Instant::now() < deadline,
+                "sidecar {identity} did not start serving:\n{}",
+                s.logs()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         s
@@ -271,7 +328,13 @@ impl Sidecar {
     }
 
     pub fn leader(&self) -> View {
-        self.try_leader().unwrap_or_else(|| panic!("{} does not answer /leader:\n{}", self.identity, self.logs()))
+        self.try_leader().unwrap_or_else(|| {
+            panic!(
+                "{} does not answer /leader:\n{}",
+                self.identity,
+                self.logs()
+            )
+        })
     }
 
     pub fn signal(&self, sig: &str) {
@@ -308,7 +371,9 @@ impl Sidecar {
 impl Drop for Sidecar {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").args(["-CONT", &c.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -321,19 +386,33 @@ pub fn http(method: &str, port: u16, path: &str) -> Option<(u16, String)> {
     http_timeout(method, port, path, Duration::from_secs(5))
 }
 
-pub fn http_timeout(method: &str, port: u16, path: &str, timeout: Duration) -> Option<(u16, String)> {
+pub fn http_timeout(
+    method: &str,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(timeout)).ok()?;
     s.set_nodelay(true).ok()?;
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).ok()?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).ok()?;
     let text = String::from_utf8_lossy(&buf).into_owned();
     let (head, body) = text.split_once("\r\n\r\n")?;
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_string() };
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
     Some((status, body))
 }
 
@@ -351,7 +430,11 @@ fn dechunk(mut s: &str) -> String {
 }
 
 /// Poll `f` every `every` until it returns `Some` or `timeout` passes.
-pub fn wait_for<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn wait_for<T>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -366,8 +449,12 @@ pub fn wait_for<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Op
 
 /// The one sidecar among `sidecars` that answers `is_leader: true`, if exactly one does.
 pub fn sole_leader(sidecars: &[&Sidecar]) -> Option<usize> {
-    let leaders: Vec<usize> =
-        sidecars.iter().enumerate().filter(|(_, s)| s.try_leader().is_some_and(|v| v.is_leader)).map(|(i, _)| i).collect();
+    let leaders: Vec<usize> = sidecars
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.try_leader().is_some_and(|v| v.is_leader))
+        .map(|(i, _)| i)
+        .collect();
     (leaders.len() == 1).then(|| leaders[0])
 }
 
