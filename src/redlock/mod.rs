@@ -11,6 +11,7 @@ pub mod scripts;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -86,6 +87,11 @@ pub struct Redlock {
     drift: Duration,
     /// Shared metrics.
     metrics: Metrics,
+    /// The highest fencing epoch this process has seen in any node's reply or used itself. A
+    /// lower bound for the next token besides the granting quorum's epochs: a follower that
+    /// contended during a term learned that term's token, even if every node of its own granting
+    /// quorum has since lost it (an empty restart of the only node the two quorums shared).
+    epoch_seen: AtomicU64,
 }
 
 /// The value stored in the key: `<identity>#<nonce>` with 192 random bits.
@@ -107,6 +113,7 @@ enum Vote {
     No {
         holder: String,
         pttl: Option<Duration>,
+        epoch: u64,
     },
     Unknown,
 }
@@ -133,6 +140,7 @@ impl Redlock {
             ttl: config.lease.ttl,
             drift: math::drift(config.lease.ttl, config.lease.drift_factor),
             metrics,
+            epoch_seen: AtomicU64::new(0),
         })
     }
 
@@ -198,8 +206,13 @@ impl Redlock {
                         tally.not_yes += 1;
                     }
                 }
-                Vote::No { holder, pttl } => {
+                Vote::No {
+                    holder,
+                    pttl,
+                    epoch,
+                } => {
                     answered += 1;
+                    epochs.push(epoch);
                     tally.not_yes += 1;
                     denials.push((holder, pttl));
                 }
@@ -214,7 +227,9 @@ impl Redlock {
         let decided_at = Instant::now();
         let valid = math::validity(self.ttl, decided_at - t1, self.drift);
         if tally.decided() == Some(true) && valid.is_some() {
-            let token = epochs.iter().copied().max().unwrap_or(0) + 1;
+            let seen = epochs.iter().copied().max().unwrap_or(0);
+            let token = seen.max(self.epoch_seen.load(Ordering::SeqCst)) + 1;
+            self.epoch_seen.fetch_max(token, Ordering::SeqCst);
             let mut lease = Lease {
                 value,
                 token,
@@ -232,7 +247,11 @@ impl Redlock {
                 }
             }
         }
-        // Failed: clean up everywhere, including nodes whose reply never came.
+        // Failed: remember the epochs seen, and clean up everywhere, including nodes whose
+        // reply never came.
+        if let Some(&e) = epochs.iter().max() {
+            self.epoch_seen.fetch_max(e, Ordering::SeqCst);
+        }
         self.release(&value, false).await;
         if answered == 0 {
             return Acquire::Error;
@@ -324,14 +343,22 @@ fn parse_acquire(r: Result<Value, CommandError>) -> Vote {
         [Value::Int(1), Value::Int(epoch)] => Vote::Yes {
             epoch: (*epoch).max(0) as u64,
         },
-        [Value::Int(0), holder, Value::Int(pttl)] => {
+        [Value::Int(0), holder, Value::Int(pttl), rest @ ..] => {
             let holder = match holder {
                 Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
                 Value::SimpleString(s) => s.clone(),
                 _ => String::new(),
             };
             let pttl = u64::try_from(*pttl).ok().map(Duration::from_millis);
-            Vote::No { holder, pttl }
+            let epoch = match rest {
+                [Value::Int(e), ..] => (*e).max(0) as u64,
+                _ => 0,
+            };
+            Vote::No {
+                holder,
+                pttl,
+                epoch,
+            }
         }
         _ => Vote::Unknown,
     }
@@ -366,6 +393,25 @@ mod tests {
         assert_eq!(a.len(), "pod-a#".len() + 48);
         assert_eq!(identity_of(&a), "pod-a");
         assert_eq!(identity_of("we#ird#n0nce"), "we#ird");
+    }
+
+    #[test]
+    fn denials_carry_the_node_epoch() {
+        let deny = |rest: Vec<Value>| {
+            let mut v = vec![
+                Value::Int(0),
+                Value::BulkString(b"b#1".to_vec()),
+                Value::Int(40),
+            ];
+            v.extend(rest);
+            parse_acquire(Ok(Value::Array(v)))
+        };
+        assert!(
+            matches!(deny(vec![Value::Int(7)]), Vote::No { epoch: 7, ref holder, .. } if holder == "b#1")
+        );
+        assert!(matches!(deny(vec![]), Vote::No { epoch: 0, .. }));
+        let yes = parse_acquire(Ok(Value::Array(vec![Value::Int(1), Value::Int(3)])));
+        assert!(matches!(yes, Vote::Yes { epoch: 3 }));
     }
 
     #[test]

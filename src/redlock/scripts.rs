@@ -25,12 +25,14 @@ impl Script {
 
 /// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch. ARGV: value, ttl_ms.
 /// Granted → `{1, epoch}` (the node's fencing epoch, 0 if none).
-/// Denied → `{0, holder_value, pttl_ms}` so followers learn the holder and when it may expire.
+/// Denied → `{0, holder_value, pttl_ms, epoch}` so followers learn the holder, when it may
+/// expire, and the current term's token (remembered for their own next token).
 pub const ACQUIRE: &str = r#"
+local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0') or 0}
+  return {1, e}
 end
-return {0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1])}
+return {0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), e}
 "#;
 
 /// Renew and assert the fencing epoch. KEYS: lock, epoch. ARGV: value, ttl_ms, token.
