@@ -7,7 +7,7 @@
 //! a stall, or on shutdown, then release with a notice so a follower takes over at once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::Rng;
@@ -63,6 +63,12 @@ pub struct LoopHealth {
     pub alive: AtomicBool,
     /// Counts detected stalls; the leader loop watches it to step down.
     stall_seq: watch::Sender<u64>,
+    /// Origin of `last_tick_ms`.
+    base: Instant,
+    /// The watchdog's last tick, in ms since `base`.
+    last_tick_ms: AtomicU64,
+    /// A tick older than this (ms) is a stall in progress; 0 until the watchdog runs.
+    stale_after_ms: AtomicU64,
 }
 
 impl Default for LoopHealth {
@@ -71,14 +77,34 @@ impl Default for LoopHealth {
             stalled: AtomicBool::new(false),
             alive: AtomicBool::new(false),
             stall_seq: watch::channel(0).0,
+            base: Instant::now(),
+            last_tick_ms: AtomicU64::new(0),
+            stale_after_ms: AtomicU64::new(0),
         }
     }
 }
 
 impl LoopHealth {
-    /// Whether `/healthz` should answer 200.
+    /// Whether `/healthz` should answer 200, evaluated at `now`. Like leadership, this is
+    /// judged at answer time: right after a pause (SIGSTOP, starvation) the HTTP handler may run
+    /// before the watchdog has noticed, and must not answer from the stale flag alone.
+    pub fn healthy_at(&self, now: Instant) -> bool {
+        let stale_after = self.stale_after_ms.load(Ordering::SeqCst);
+        let since_tick = (now.saturating_duration_since(self.base).as_millis() as u64)
+            .saturating_sub(self.last_tick_ms.load(Ordering::SeqCst));
+        self.alive.load(Ordering::SeqCst)
+            && !self.stalled.load(Ordering::SeqCst)
+            && (stale_after == 0 || since_tick <= stale_after)
+    }
+
+    /// Whether `/healthz` should answer 200 now.
     pub fn healthy(&self) -> bool {
-        self.alive.load(Ordering::SeqCst) && !self.stalled.load(Ordering::SeqCst)
+        self.healthy_at(Instant::now())
+    }
+
+    fn tick(&self, now: Instant) {
+        let ms = now.saturating_duration_since(self.base).as_millis() as u64;
+        self.last_tick_ms.store(ms, Ordering::SeqCst);
     }
 }
 
@@ -389,6 +415,10 @@ pub async fn watchdog(
 ) {
     let period = Duration::from_millis(50);
     let recover_after = Duration::from_secs(1);
+    health.tick(Instant::now());
+    health
+        .stale_after_ms
+        .store((period + margin).as_millis() as u64, Ordering::SeqCst);
     let mut next = Instant::now() + period;
     let mut last_stall: Option<Instant> = None;
     loop {
@@ -414,6 +444,32 @@ pub async fn watchdog(
             health.stalled.store(false, Ordering::SeqCst);
             tracing::info!("election loop recovered");
         }
+        // After the stall flag is set, so that no answer sees a fresh tick without it.
+        health.tick(now);
         next = now + period;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_is_judged_at_answer_time() {
+        let h = LoopHealth::default();
+        h.alive.store(true, Ordering::SeqCst);
+        let t = h.base + Duration::from_secs(10);
+        h.tick(t);
+        // Before the watchdog has started, only the flags count.
+        assert!(h.healthy_at(t + Duration::from_secs(5)));
+        h.stale_after_ms.store(200, Ordering::SeqCst);
+        assert!(h.healthy_at(t + Duration::from_millis(200)));
+        // The watchdog has not ticked for longer than period + margin: a stall in progress,
+        // even though it has not run to set the flag yet.
+        assert!(!h.healthy_at(t + Duration::from_millis(201)));
+        h.tick(t + Duration::from_millis(300));
+        assert!(h.healthy_at(t + Duration::from_millis(301)));
+        h.stalled.store(true, Ordering::SeqCst);
+        assert!(!h.healthy_at(t + Duration::from_millis(301)));
     }
 }
