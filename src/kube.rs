@@ -50,8 +50,9 @@ const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Immediate retries after a 409 (someone else changed the pod: re-read and re-apply).
 const CONFLICT_RETRIES: usize = 3;
-/// Attempts per Event before it is dropped (Events are informational).
-const EVENT_ATTEMPTS: u32 = 4;
+/// How long an Event is retried before it is dropped (Events are informational, and one that
+/// is a minute late still tells what happened during an API-server outage).
+const EVENT_GIVE_UP: Duration = Duration::from_secs(60);
 
 /// What the own pod's role label should say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,12 +228,34 @@ fn classify(e: kube::Error) -> CallError {
     }
 }
 
+/// Counts a request as `cancelled` unless it completed: an attempt for a state no longer
+/// wanted is dropped mid-flight, and the server may or may not have seen it.
+struct Counted<'a> {
+    metrics: &'a Metrics,
+    verb: &'static str,
+    result: &'static str,
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.metrics
+            .kube_requests
+            .with_label_values(&[self.verb, self.result])
+            .inc();
+    }
+}
+
 /// One API call with the request timeout, counted in `redlock_elector_kube_requests_total`.
 async fn call<T>(
     metrics: &Metrics,
     verb: &'static str,
     fut: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, CallError> {
+    let mut counted = Counted {
+        metrics,
+        verb,
+        result: "cancelled",
+    };
     let r = match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(classify(e)),
@@ -241,15 +264,11 @@ async fn call<T>(
             format!("no answer within {REQUEST_TIMEOUT:?}"),
         )),
     };
-    let label = match &r {
+    counted.result = match &r {
         Ok(_) => "ok",
         Err(CallError::Conflict) => "conflict",
         Err(CallError::Other(kind, _)) => kind,
     };
-    metrics
-        .kube_requests
-        .with_label_values(&[verb, label])
-        .inc();
     r
 }
 
@@ -658,8 +677,9 @@ async fn send_events(
             reporting_instance: Some(settings.identity.clone()),
             ..Default::default()
         };
-        let mut backoff = Backoff::new(Duration::from_secs(2));
-        for attempt in 1..=EVENT_ATTEMPTS {
+        let mut backoff = Backoff::new(BACKOFF_MAX);
+        let started = Instant::now();
+        loop {
             match call(
                 &metrics,
                 "create",
@@ -669,8 +689,9 @@ async fn send_events(
             {
                 // A conflict on create means an earlier attempt got through.
                 Ok(_) | Err(CallError::Conflict) => break,
-                Err(e) if attempt == EVENT_ATTEMPTS => {
-                    tracing::warn!(error = %e, reason, "dropping a leadership Event after {EVENT_ATTEMPTS} attempts");
+                Err(e) if started.elapsed() >= EVENT_GIVE_UP => {
+                    tracing::warn!(error = %e, reason, "dropping a leadership Event after {EVENT_GIVE_UP:?} of failures");
+                    break;
                 }
                 Err(_) => tokio::time::sleep(backoff.next_delay()).await,
             }

@@ -52,7 +52,8 @@ pub struct Metrics {
     /// Times the election loop's timer slipped beyond the margin.
     pub stalls: prometheus::IntCounter,
     /// Kubernetes API requests of the `kube` publisher by verb (get | list | patch | create)
-    /// and result (ok | conflict | forbidden | not_found | error | timeout).
+    /// and result (ok | conflict | forbidden | not_found | server_error | client_error |
+    /// timeout | transport | cancelled).
     pub kube_requests: IntCounterVec,
 }
 

@@ -1,0 +1,655 @@
+//! The `kube` publisher end to end: real redis-server processes, the real binary, real signals,
+//! and a recording fake API server reached through a kubeconfig (the real kube client runs).
+//! Every test ends by checking each request the sidecars made against the chart's Role.
+
+mod common;
+mod fakeapi;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use fakeapi::*;
+use serde_json::json;
+
+const TTL: Duration = Duration::from_secs(1);
+/// The usual SIGKILL failover bound (as in tests/election.rs).
+const FAILOVER: Duration = Duration::from_millis(1000 + 200 + 500);
+/// Shutdown bound from SPEC (2×redis.timeout + 1s with the 50ms default) plus process slack.
+const SHUTDOWN: Duration = Duration::from_millis(2 * 50 + 1000 + 400);
+const SELECTOR: &str = "redlock-elector/lease=test,redlock-elector/role=leader";
+
+fn kube_opts(fake: &FakeApi, pod: &str, extra: &[&str]) -> Opts {
+    let mut args: Vec<String> = ["--kubernetes", "true", "--pod-name", pod, "--namespace", NS]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Opts {
+        ttl: "1s",
+        retry_every: "200ms",
+        extra: args,
+        env: vec![(
+            "KUBECONFIG".into(),
+            fake.kubeconfig(pod).display().to_string(),
+        )],
+        ..Opts::default()
+    }
+}
+
+/// Pods `pod-a`, `pod-b`, ... in the fake (no lease or role label yet), and a sidecar for each
+/// with identity = pod name.
+fn start_pods(fake: &FakeApi, nodes: &[Redis], names: &[&str], extra: &[&str]) -> Vec<Sidecar> {
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    names
+        .iter()
+        .map(|n| {
+            fake.add_pod(n, &[("app", "demo")]);
+            Sidecar::start(n, &refs, &kube_opts(fake, n, extra))
+        })
+        .collect()
+}
+
+fn leader_index(sidecars: &[&Sidecar]) -> usize {
+    wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+        sole_leader(sidecars)
+    })
+    .unwrap_or_else(|| panic!("no sole leader:\n{}", all_logs(sidecars)))
+}
+
+fn all_logs(sidecars: &[&Sidecar]) -> String {
+    sidecars
+        .iter()
+        .map(|s| format!("--- {}\n{}", s.identity, s.logs()))
+        .collect()
+}
+
+/// Wait until the fake shows `leader` (if any) labelled leader and every pod of `followers`
+/// labelled follower, all with the lease label; returns the time it took.
+fn converge(
+    fake: &FakeApi,
+    leader: Option<&str>,
+    followers: &[&str],
+    timeout: Duration,
+    logs: &[&Sidecar],
+) -> Duration {
+    let t0 = Instant::now();
+    let want = |p: &str, role: &str| {
+        fake.label(p, ROLE_KEY).as_deref() == Some(role)
+            && fake.label(p, LEASE_KEY).as_deref() == Some("test")
+    };
+    wait_for(timeout, Duration::from_millis(10), || {
+        (leader.is_none_or(|l| want(l, "leader")) && followers.iter().all(|f| want(f, "follower")))
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "labels did not converge to leader={leader:?} followers={followers:?} within {timeout:?}: {:?}\n{}",
+            fake.roles(),
+            all_logs(logs)
+        )
+    });
+    t0.elapsed()
+}
+
+/// At no recorded state of the pods did two carry the leader label.
+fn assert_never_two_leaders(fake: &FakeApi) {
+    for s in fake.history() {
+        assert!(
+            s.leaders().len() <= 1,
+            "two pods labelled leader after request #{}: {:?}",
+            s.seq,
+            s.roles
+        );
+    }
+}
+
+/// The first successful request by `who` after `mark` that satisfies `f`.
+fn first<'a>(
+    recs: &'a [Record],
+    mark: u64,
+    who: &str,
+    what: &str,
+    f: impl Fn(&Record) -> bool,
+) -> &'a Record {
+    recs.iter()
+        .find(|r| r.seq > mark && r.who == who && r.ok() && f(r))
+        .unwrap_or_else(|| panic!("no {what} by {who} after #{mark}: {recs:#?}"))
+}
+
+/// Assert that `who` listed the stale leaders, demoted `stale`, and only then labelled itself.
+fn assert_demoted_before_promoting(fake: &FakeApi, mark: u64, who: &str, stale: &str) {
+    let recs = fake.records();
+    let list = first(&recs, mark, who, "leader list", |r| {
+        r.is_list() && r.query.get("labelSelector").map(String::as_str) == Some(SELECTOR)
+    });
+    let demote = first(&recs, mark, who, "demotion of the stale leader", |r| {
+        r.method == "PATCH" && r.pod() == Some(stale) && r.role_set() == Some("follower")
+    });
+    let promote = first(&recs, mark, who, "self-promotion", |r| {
+        r.method == "PATCH" && r.pod() == Some(who) && r.role_set() == Some("leader")
+    });
+    assert!(
+        list.seq < demote.seq && demote.seq < promote.seq,
+        "{who}: list #{} → demote {stale} #{} → promote #{} is out of order",
+        list.seq,
+        demote.seq,
+        promote.seq
+    );
+    // Demotion is conditional on the version it listed, so it cannot undo a newer change.
+    assert!(
+        demote.body.as_ref().unwrap()["metadata"]["resourceVersion"].is_string(),
+        "{demote:?}"
+    );
+    assert_eq!(
+        demote.content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+}
+
+fn events_for(fake: &FakeApi, pod: &str, reason: &str) -> Vec<serde_json::Value> {
+    fake.events()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == json!(pod) && e["reason"] == json!(reason))
+        .collect()
+}
+
+fn wait_event(fake: &FakeApi, pod: &str, reason: &str, contains: &str) -> serde_json::Value {
+    wait_for(Duration::from_secs(5), Duration::from_millis(20), || {
+        events_for(fake, pod, reason)
+            .into_iter()
+            .find(|e| e["message"].as_str().is_some_and(|m| m.contains(contains)))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no {reason} Event for {pod} containing {contains:?}: {:#?}",
+            fake.events()
+        )
+    })
+}
+
+fn metric_sum(s: &Sidecar, prefix: &str) -> f64 {
+    let (_, text) = http("GET", s.ops_port, "/metrics").expect("/metrics");
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn report_rbac(fake: &FakeApi) {
+    let seen = assert_allowed_by_shipped_role(&fake.records());
+    report(
+        "kube requests made (group, resource, verb, namespace)",
+        format!(
+            "{:?}",
+            seen.iter()
+                .map(|a| format!(
+                    "{}/{} {} in {}",
+                    a.group,
+                    a.resource,
+                    a.verb,
+                    a.namespace.as_deref().unwrap_or("-")
+                ))
+                .collect::<Vec<_>>()
+        ),
+    );
+}
+
+#[test]
+fn labels_follow_the_leader_through_sigkill_and_sigterm() {
+    let fake = FakeApi::start();
+    let nodes = redis_cluster(3, TTL);
+    let mut sidecars = start_pods(
+        &fake,
+        &nodes,
+        &["pod-a", "pod-b", "pod-c"],
+        &["--fencing-token-annotation", "true"],
+    );
+    let all: Vec<&Sidecar> = sidecars.iter().collect();
+    let l = leader_index(&all);
+    let first_leader = all[l].identity.clone();
+    let others: Vec<&str> = all
+        .iter()
+        .filter(|s| s.identity != first_leader)
+        .map(|s| s.identity.as_str())
+        .collect();
+    converge(
+        &fake,
+        Some(&first_leader),
+        &others,
+        Duration::from_secs(10),
+        &all,
+    );
+    let token = all[l].leader().fencing_token.unwrap();
+    assert_eq!(
+        fake.annotation(&first_leader, TOKEN_ANNOTATION),
+        Some(token.to_string()),
+        "fencing token annotation on the leader"
+    );
+    for o in &others {
+        assert_eq!(fake.annotation(o, TOKEN_ANNOTATION), None, "{o}");
+    }
+    wait_event(
+        &fake,
+        &first_leader,
+        "BecameLeader",
+        &format!("fencing token {token}"),
+    );
+    let labels = &fake.pod(&first_leader)["metadata"]["labels"];
+    assert_eq!(labels["app"], "demo", "a merge patch keeps other labels");
+
+    // SIGKILL: the dead pod keeps its leader label until the new leader demotes it.
+    let mark = fake.seq();
+    let mut dead = sidecars.remove(l);
+    let t0 = Instant::now();
+    dead.kill();
+    let rest: Vec<&Sidecar> = sidecars.iter().collect();
+    wait_for(FAILOVER, Duration::from_millis(2), || sole_leader(&rest))
+        .unwrap_or_else(|| panic!("no new leader within {FAILOVER:?}:\n{}", all_logs(&rest)));
+    report(
+        "SIGKILL failover with kube publishing, ms",
+        t0.elapsed().as_millis(),
+    );
+    let l2 = leader_index(&rest);
+    let second = rest[l2].identity.clone();
+    let third = rest[1 - l2].identity.clone();
+    converge(
+        &fake,
+        Some(&second),
+        &[&first_leader, &third],
+        Duration::from_secs(10),
+        &rest,
+    );
+    assert_demoted_before_promoting(&fake, mark, &second, &first_leader);
+    let token2 = rest[l2].leader().fencing_token.unwrap();
+    assert!(token2 > token);
+    assert_eq!(
+        fake.annotation(&second, TOKEN_ANNOTATION),
+        Some(token2.to_string())
+    );
+    assert_eq!(
+        fake.annotation(&first_leader, TOKEN_ANNOTATION),
+        None,
+        "demotion removes the stale token annotation"
+    );
+
+    // SIGTERM: the leader labels itself follower before it exits, within the shutdown bound.
+    let mark = fake.seq();
+    let (code, took) = sidecars[l2].terminate();
+    assert_eq!(code, Some(0), "{}", sidecars[l2].logs());
+    assert!(took < SHUTDOWN, "SIGTERM exit took {took:?}");
+    report("SIGTERM exit with kube publishing, ms", took.as_millis());
+    let recs = fake.records();
+    first(&recs, mark, &second, "own demotion before exit", |r| {
+        r.method == "PATCH" && r.pod() == Some(second.as_str()) && r.role_set() == Some("follower")
+    });
+    let survivor = sidecars.iter().find(|s| s.identity == third).unwrap();
+    wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
+        survivor.leader().is_leader.then_some(())
+    })
+    .expect("the last sidecar leads after the SIGTERM handover");
+    converge(
+        &fake,
+        Some(&third),
+        &[&first_leader, &second],
+        Duration::from_secs(10),
+        &[survivor],
+    );
+    let lost = wait_event(&fake, &second, "LostLeadership", "shutdown");
+    assert_eq!(lost["type"], "Normal");
+    assert_eq!(lost["involvedObject"]["namespace"], NS);
+    assert_eq!(lost["involvedObject"]["uid"], format!("uid-{second}"));
+    wait_event(&fake, &second, "BecameLeader", "became leader");
+    wait_event(&fake, &third, "BecameLeader", "became leader");
+
+    assert_never_two_leaders(&fake);
+    assert!(
+        metric_sum(
+            survivor,
+            "redlock_elector_kube_requests_total{result=\"ok\",verb=\"patch\"}"
+        ) >= 1.0
+    );
+    report_rbac(&fake);
+}
+
+#[test]
+fn api_server_outage_during_failover_does_not_affect_the_election_and_labels_converge_after() {
+    let fake = FakeApi::start();
+    let nodes = redis_cluster(3, TTL);
+    let mut sidecars = start_pods(&fake, &nodes, &["pod-a", "pod-b", "pod-c"], &[]);
+    let all: Vec<&Sidecar> = sidecars.iter().collect();
+    let l = leader_index(&all);
+    let first_leader = all[l].identity.clone();
+    let others: Vec<&str> = all
+        .iter()
+        .filter(|s| s.identity != first_leader)
+        .map(|s| s.identity.as_str())
+        .collect();
+    converge(
+        &fake,
+        Some(&first_leader),
+        &others,
+        Duration::from_secs(10),
+        &all,
+    );
+    assert_eq!(
+        fake.annotation(&first_leader, TOKEN_ANNOTATION),
+        None,
+        "no annotation unless enabled"
+    );
+
+    fake.down();
+    let mut dead = sidecars.remove(l);
+    let t0 = Instant::now();
+    dead.kill();
+    let rest: Vec<&Sidecar> = sidecars.iter().collect();
+    wait_for(FAILOVER, Duration::from_millis(2), || sole_leader(&rest)).unwrap_or_else(|| {
+        panic!(
+            "no new leader within {FAILOVER:?} while the API server is down:\n{}",
+            all_logs(&rest)
+        )
+    });
+    report(
+        "SIGKILL failover with the API server down, ms",
+        t0.elapsed().as_millis(),
+    );
+    let l2 = leader_index(&rest);
+    let second = rest[l2].identity.clone();
+    let follower = rest[1 - l2].identity.clone();
+    // Stays leader through repeated failing label updates.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        assert!(rest[l2].leader().is_leader, "{}", rest[l2].logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        metric_sum(
+            rest[l2],
+            "redlock_elector_kube_requests_total{result=\"transport\""
+        ) + metric_sum(
+            rest[l2],
+            "redlock_elector_kube_requests_total{result=\"timeout\""
+        ) >= 1.0,
+        "failed requests are counted"
+    );
+    assert_eq!(
+        fake.label(&first_leader, ROLE_KEY).as_deref(),
+        Some("leader"),
+        "nothing can change while the API server is down"
+    );
+
+    // A follower shuts down within the bound though its final label update cannot land.
+    let fi = sidecars
+        .iter()
+        .position(|s| s.identity == follower)
+        .unwrap();
+    let (code, took) = sidecars[fi].terminate();
+    assert_eq!(code, Some(0));
+    assert!(
+        took < SHUTDOWN,
+        "SIGTERM exit with the API server down took {took:?}"
+    );
+    report(
+        "SIGTERM exit with the API server down, ms",
+        took.as_millis(),
+    );
+
+    fake.up();
+    let leader = sidecars.iter().find(|s| s.identity == second).unwrap();
+    let took = converge(
+        &fake,
+        Some(&second),
+        &[&first_leader, &follower],
+        Duration::from_secs(10),
+        &[leader],
+    );
+    report(
+        "labels converged after the API server returned, ms",
+        took.as_millis(),
+    );
+    let conv = fake.seq();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(fake.roles()[&second].as_deref(), Some("leader"));
+    assert!(
+        fake.history()
+            .iter()
+            .filter(|s| s.seq >= conv)
+            .all(|s| s.leaders().len() <= 1)
+    );
+    assert_never_two_leaders(&fake);
+    wait_event(&fake, &second, "BecameLeader", "became leader");
+    report_rbac(&fake);
+}
+
+#[test]
+fn api_errors_and_slowness_are_retried_until_the_labels_converge() {
+    let fake = FakeApi::start();
+    let nodes = redis_cluster(3, TTL);
+    let sidecars = start_pods(&fake, &nodes, &["pod-a", "pod-b"], &[]);
+    let all: Vec<&Sidecar> = sidecars.iter().collect();
+    let l = leader_index(&all);
+    let (first, second) = (all[l], all[1 - l]);
+    converge(
+        &fake,
+        Some(&first.identity),
+        &[&second.identity],
+        Duration::from_secs(10),
+        &all,
+    );
+
+    // The stepping-down leader's patches are refused twice (403), then conflict once (409); the
+    // new leader's first list and first two patches fail (500).
+    for f in [
+        Fault::new(Action::Status(403))
+            .method("PATCH")
+            .who(&first.identity)
+            .times(2),
+        Fault::new(Action::Status(409))
+            .method("PATCH")
+            .who(&first.identity)
+            .times(1),
+        Fault::new(Action::Status(500))
+            .method("PATCH")
+            .who(&second.identity)
+            .times(2),
+        Fault::new(Action::Status(500)).pod_list().times(1),
+    ] {
+        fake.inject(f);
+    }
+    let stepped_down = Instant::now();
+    let (status, _) = http("POST", first.api_port, "/leader/step-down").unwrap();
+    assert_eq!(status, 200);
+    converge(
+        &fake,
+        Some(&second.identity),
+        &[&first.identity],
+        Duration::from_secs(15),
+        &all,
+    );
+    let recs = fake.records();
+    for (who, status) in [
+        (&first.identity, 403),
+        (&first.identity, 409),
+        (&second.identity, 500),
+    ] {
+        assert!(
+            recs.iter().any(|r| &r.who == who && r.status == status),
+            "{who} got a {status}"
+        );
+    }
+    assert!(recs.iter().any(|r| r.is_list() && r.status == 500));
+    let m = |s: &Sidecar, result: &str, verb: &str| {
+        metric_sum(
+            s,
+            &format!("redlock_elector_kube_requests_total{{result=\"{result}\",verb=\"{verb}\"}}"),
+        )
+    };
+    assert!(m(first, "forbidden", "patch") >= 2.0);
+    assert!(m(first, "conflict", "patch") >= 1.0);
+    assert!(m(second, "server_error", "patch") >= 2.0);
+    assert!(m(second, "server_error", "list") >= 1.0);
+    // Every request the fake saw is counted (by its result, or as cancelled).
+    for s in [first, second] {
+        for (verb, method) in [("patch", "PATCH"), ("create", "POST")] {
+            let seen = recs
+                .iter()
+                .filter(|r| r.who == s.identity && r.method == method)
+                .count();
+            let (_, text) = http("GET", s.ops_port, "/metrics").expect("/metrics");
+            let by_verb: f64 = text
+                .lines()
+                .filter(|l| {
+                    l.starts_with("redlock_elector_kube_requests_total{")
+                        && l.contains(&format!("verb=\"{verb}\""))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            assert!(
+                by_verb >= seen as f64,
+                "{}: {verb} counted {by_verb} < {seen} seen",
+                s.identity
+            );
+        }
+    }
+    let lost = wait_event(&fake, &first.identity, "LostLeadership", "step-down");
+    assert_eq!(lost["type"], "Normal");
+
+    // Every answer now takes 2s: a requested step-down still hands over at once. (Wait out the
+    // first leader's cool-down after its own step-down, one ttl.)
+    std::thread::sleep(
+        (stepped_down + TTL + Duration::from_millis(300)).saturating_duration_since(Instant::now()),
+    );
+    fake.inject(Fault::new(Action::Delay(Duration::from_secs(2))));
+    let t0 = Instant::now();
+    let (status, _) = http("POST", second.api_port, "/leader/step-down").unwrap();
+    assert_eq!(status, 200);
+    wait_for(Duration::from_secs(1), Duration::from_millis(2), || {
+        first.leader().is_leader.then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no handover within 1s while the API server is slow:\n{}",
+            all_logs(&all)
+        )
+    });
+    report(
+        "step-down handover with a 2s-slow API server, ms",
+        t0.elapsed().as_millis(),
+    );
+    fake.clear_faults();
+    converge(
+        &fake,
+        Some(&first.identity),
+        &[&second.identity],
+        Duration::from_secs(15),
+        &all,
+    );
+    // Converged means stable: no late, stale request overwrites the latest state.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(fake.roles()[&first.identity].as_deref(), Some("leader"));
+    assert_eq!(fake.roles()[&second.identity].as_deref(), Some("follower"));
+    assert_never_two_leaders(&fake);
+    report_rbac(&fake);
+}
+
+#[test]
+fn leader_demotes_its_own_label_at_its_deadline_while_renewals_hang() {
+    let fake = FakeApi::start();
+    let nodes = redis_cluster(3, TTL);
+    let sidecars = start_pods(&fake, &nodes, &["pod-a"], &[]);
+    let s = &sidecars[0];
+    wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+        s.leader().is_leader.then_some(())
+    })
+    .expect("pod-a leads");
+    converge(&fake, Some("pod-a"), &[], Duration::from_secs(10), &[s]);
+    // Two of three nodes stop answering: renewals hang until their timeout and cannot succeed.
+    let mark = fake.seq();
+    nodes[0].stop();
+    nodes[1].stop();
+    let t0 = Instant::now();
+    let v = s.leader();
+    assert!(v.is_leader);
+    let deadline = t0 + Duration::from_millis(v.valid_for_ms);
+    let rec = wait_for(Duration::from_secs(3), Duration::from_millis(5), || {
+        fake.records().into_iter().find(|r| {
+            r.seq > mark
+                && r.method == "PATCH"
+                && r.pod() == Some("pod-a")
+                && r.role_set() == Some("follower")
+        })
+    })
+    .unwrap_or_else(|| panic!("no self-demotion:\n{}", s.logs()));
+    nodes[0].cont();
+    nodes[1].cont();
+    assert!(
+        rec.received + Duration::from_millis(5) >= deadline,
+        "demoted {:?} before the deadline",
+        deadline - rec.received
+    );
+    let late = rec.received.saturating_duration_since(deadline);
+    report(
+        "self-demotion patch after the deadline, ms",
+        late.as_millis(),
+    );
+    assert!(
+        late < Duration::from_millis(500),
+        "self-demotion {late:?} after the deadline"
+    );
+    let lost = wait_event(&fake, "pod-a", "LostLeadership", "renewal-failed");
+    assert_eq!(lost["type"], "Warning");
+    report_rbac(&fake);
+}
+
+/// The checker itself: it must reject what the Role does not grant.
+#[test]
+fn rbac_checker_rejects_what_the_role_does_not_grant() {
+    let rules = shipped_role();
+    let q = BTreeMap::new();
+    let ok = |m: &str, p: &str| allowed(&rules, NS, &access(m, p, &q));
+    assert!(ok("GET", "/api/v1/namespaces/ns1/pods/pod-a"));
+    assert!(ok("GET", "/api/v1/namespaces/ns1/pods"));
+    assert!(ok("PATCH", "/api/v1/namespaces/ns1/pods/pod-a"));
+    assert!(ok("POST", "/api/v1/namespaces/ns1/events"));
+    assert!(!ok("DELETE", "/api/v1/namespaces/ns1/pods/pod-a"));
+    assert!(!ok("PUT", "/api/v1/namespaces/ns1/pods/pod-a"));
+    assert!(
+        !ok("GET", "/api/v1/namespaces/other/pods/pod-a"),
+        "own namespace only"
+    );
+    assert!(!ok("GET", "/api/v1/pods"), "no cluster-wide list");
+    assert!(!ok("GET", "/api/v1/namespaces/ns1/secrets/x"));
+    assert!(!ok("PATCH", "/api/v1/namespaces/ns1/pods/pod-a/status"));
+    let watch: BTreeMap<String, String> = [("watch".to_string(), "true".to_string())].into();
+    assert!(!allowed(
+        &rules,
+        NS,
+        &access("GET", "/api/v1/namespaces/ns1/pods", &watch)
+    ));
+}
+
+/// The fake's own semantics, which the tests above rely on.
+#[test]
+fn fake_merge_patch_and_selectors() {
+    let mut pod = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "annotations": {"x": "y"}}});
+    merge_patch(
+        &mut pod,
+        &json!({"metadata": {"labels": {"b": "3", "c": "4"}, "annotations": {"x": null}}}),
+    );
+    assert_eq!(
+        pod,
+        json!({"metadata": {"labels": {"a": "1", "b": "3", "c": "4"}, "annotations": {}}})
+    );
+    let labels = json!({"redlock-elector/lease": "test", "redlock-elector/role": "leader"});
+    assert!(selector_matches(SELECTOR, &labels).unwrap());
+    assert!(!selector_matches("redlock-elector/lease=other", &labels).unwrap());
+    assert!(
+        selector_matches(
+            "redlock-elector/role!=follower,redlock-elector/lease",
+            &labels
+        )
+        .unwrap()
+    );
+    assert!(!selector_matches("!redlock-elector/role", &labels).unwrap());
+    assert!(selector_matches("x in (a,b)", &labels).is_err());
+}
