@@ -1,0 +1,1554 @@
+//! The benchmark suite: what users feel (handover, failover, `/leader` latency, fan-out) and what
+//! the sidecar costs (memory, CPU, binary size, Redis commands), with the `rslock` crate side by
+//! side for the raw lock round trip. Real `redis-server` processes on loopback ports and the real
+//! release binary; every figure is printed next to its target as met / not met.
+//!
+//!   cargo bench --bench bench -- [--quick] [--json] [--only SECTION,...]
+//!   ./scripts/bench.sh [--quick] [--json]
+//!
+//! Sections: `acquire`, `handover`, `failover`, `load`, `fanout`, `footprint`, `binary`.
+//! `--quick` runs few iterations (CI); figures are printed, nothing ever fails on timing. The
+//! process exits non-zero only when the benchmark itself breaks (a sidecar that never leads, a
+//! missing `redis-server`). See docs/performance.md.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use redlock_elector::config::{self, ProcessEnv};
+use redlock_elector::metrics::Metrics;
+use redlock_elector::redlock::{Acquire, Redlock};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+// ---------------------------------------------------------------------------------------------
+// Options and results
+
+struct Opts {
+    quick: bool,
+    json: bool,
+    only: Option<Vec<String>>,
+}
+
+impl Opts {
+    fn parse() -> Opts {
+        let mut o = Opts {
+            quick: false,
+            json: false,
+            only: None,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--quick" => o.quick = true,
+                "--json" => o.json = true,
+                "--only" => {
+                    o.only = args
+                        .next()
+                        .map(|s| s.split(',').map(str::to_string).collect())
+                }
+                // `cargo bench` passes `--bench`; anything else is ignored too.
+                _ => {}
+            }
+        }
+        o
+    }
+
+    fn wants(&self, section: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|v| v.iter().any(|s| s == section))
+    }
+
+    /// Iterations: full or quick.
+    fn n(&self, full: usize, quick: usize) -> usize {
+        if self.quick { quick } else { full }
+    }
+}
+
+/// One printed figure.
+#[derive(Serialize, Clone)]
+struct Row {
+    section: &'static str,
+    name: String,
+    value: f64,
+    unit: &'static str,
+    /// The target as text, e.g. "<= 10 ms".
+    target: Option<String>,
+    met: Option<bool>,
+    note: String,
+}
+
+#[derive(Default)]
+struct Report {
+    rows: Vec<Row>,
+}
+
+impl Report {
+    fn info(
+        &mut self,
+        section: &'static str,
+        name: impl Into<String>,
+        value: f64,
+        unit: &'static str,
+        note: impl Into<String>,
+    ) {
+        let row = Row {
+            section,
+            name: name.into(),
+            value,
+            unit,
+            target: None,
+            met: None,
+            note: note.into(),
+        };
+        eprintln!("  {:<52} {:>12} {}", row.name, fmt_val(value), unit);
+        self.rows.push(row);
+    }
+
+    /// A figure with a target `value <= limit` (or `>=` when `at_least`).
+    #[allow(clippy::too_many_arguments)]
+    fn target(
+        &mut self,
+        section: &'static str,
+        name: impl Into<String>,
+        value: f64,
+        unit: &'static str,
+        limit: f64,
+        at_least: bool,
+        note: impl Into<String>,
+    ) {
+        let met = if at_least {
+            value >= limit
+        } else {
+            value <= limit
+        };
+        let row = Row {
+            section,
+            name: name.into(),
+            value,
+            unit,
+            target: Some(format!(
+                "{} {}",
+                if at_least { ">=" } else { "<=" },
+                fmt_val(limit)
+            )),
+            met: Some(met),
+            note: note.into(),
+        };
+        eprintln!(
+            "  {:<52} {:>12} {} (target {}: {})",
+            row.name,
+            fmt_val(value),
+            unit,
+            row.target.as_deref().unwrap_or(""),
+            if met { "met" } else { "NOT MET" }
+        );
+        self.rows.push(row);
+    }
+
+    fn print_table(&self, out: &mut dyn Write) {
+        let _ = writeln!(
+            out,
+            "| section | figure | value | target | status | note |\n|---|---|---:|---|---|---|"
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} {} | {} | {} | {} |",
+                r.section,
+                r.name,
+                fmt_val(r.value),
+                r.unit,
+                r.target
+                    .as_deref()
+                    .map(|t| format!("{t} {}", r.unit))
+                    .unwrap_or_default(),
+                match r.met {
+                    Some(true) => "met",
+                    Some(false) => "NOT MET",
+                    None => "",
+                },
+                r.note
+            );
+        }
+    }
+}
+
+fn fmt_val(v: f64) -> String {
+    if v.is_nan() {
+        "n/a".into()
+    } else if v.abs() >= 1000.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// The q-quantile (0..=1) of `v` in the unit of `v`, NaN if empty.
+fn pct(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1;
+    s[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Signed milliseconds from `a` to `b`.
+fn ms_between(a: Instant, b: Instant) -> f64 {
+    if b >= a { ms(b - a) } else { -ms(a - b) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes (after tests/common/mod.rs)
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn redis_server_bin() -> PathBuf {
+    for dir in std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/bin", "/usr/sbin"])
+    {
+        let p = PathBuf::from(dir).join("redis-server");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "redis-server not found on PATH: install it with `apt-get install -y redis-server` (scripts/bench.sh does)"
+    );
+}
+
+/// One `redis-server` without persistence.
+struct Redis {
+    port: u16,
+    child: Child,
+    started: Instant,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let dir = tempfile::Builder::new()
+            .prefix("redlock-elector-bench")
+            .tempdir()
+            .expect("tempdir");
+        let port = free_port();
+        let child = Command::new(redis_server_bin())
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--dir", dir.path().to_str().expect("utf-8 tempdir")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let started = Instant::now();
+        let r = Redis {
+            port,
+            child,
+            started,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while r.cmd(&["PING"]).as_deref() != Some("PONG") {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        r
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Option<String> {
+        resp_command(self.port, args)
+    }
+
+    /// `total_commands_processed` from `INFO stats`.
+    fn total_commands(&self) -> u64 {
+        let text = self.cmd(&["INFO", "stats"]).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sleep until every node is out of the start-up quarantine for `ttl` (uptime ≥ ttl + 1 s, and
+/// uptime is truncated to whole seconds: a little more to be sure).
+fn wait_quarantine(nodes: &[&Redis], ttl: Duration) {
+    let need = ttl + Duration::from_millis(1100);
+    if let Some(latest) = nodes.iter().map(|n| n.started).max() {
+        let until = latest + need;
+        let now = Instant::now();
+        if until > now {
+            eprintln!(
+                "  (waiting {:.1}s for the nodes' start-up quarantine, ttl + 1s)",
+                (until - now).as_secs_f64()
+            );
+            std::thread::sleep(until - now);
+        }
+    }
+}
+
+/// Minimal RESP client: one command per connection.
+fn resp_command(port: u16, args: &[&str]) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+    }
+    s.write_all(req.as_bytes()).ok()?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let line = line.trim_end().to_string();
+    match line.chars().next()? {
+        '+' | '-' | ':' => Some(line[1..].to_string()),
+        '$' => {
+            let n: i64 = line[1..].parse().ok()?;
+            if n < 0 {
+                return Some(String::new());
+            }
+            let mut buf = vec![0; n as usize + 2];
+            r.read_exact(&mut buf).ok()?;
+            buf.truncate(n as usize);
+            Some(String::from_utf8_lossy(&buf).into_owned())
+        }
+        _ => Some(line),
+    }
+}
+
+/// The answer of `GET /leader`.
+#[derive(Debug, Clone, Deserialize)]
+struct View {
+    identity: String,
+    is_leader: bool,
+    leader: Option<String>,
+    version: u64,
+}
+
+fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_redlock-elector")
+}
+
+/// The real sidecar binary.
+struct Sidecar {
+    identity: String,
+    api_port: u16,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Sidecar {
+    fn start(identity: &str, lease: &str, nodes: &[&Redis], extra: &[&str]) -> Sidecar {
+        let dir = tempfile::Builder::new()
+            .prefix("redlock-elector-bench")
+            .tempdir()
+            .expect("tempdir");
+        let log = std::fs::File::create(dir.path().join("sidecar.log")).expect("log file");
+        let api_port = free_port();
+        let ops_port = free_port();
+        let mut cmd = Command::new(binary());
+        cmd.args(["--identity", identity, "--lease", lease])
+            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+            .args(["--ops-listen", &format!("127.0.0.1:{ops_port}")])
+            .args(["--log-format", "json", "--kubernetes", "false"]);
+        for n in nodes {
+            cmd.args(["--redis", &n.url()]);
+        }
+        cmd.args(extra).env_remove("KUBERNETES_SERVICE_HOST");
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn redlock-elector");
+        let s = Sidecar {
+            identity: identity.to_string(),
+            api_port,
+            child: Some(child),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.view().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "sidecar {identity} did not start serving"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        s
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    fn view(&self) -> Option<View> {
+        let (status, body) = http("GET", self.api_port, "/leader")?;
+        (status == 200)
+            .then(|| serde_json::from_str(&body).ok())
+            .flatten()
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status();
+    }
+
+    /// SIGKILL and reap.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Wait for the exit after a signal (bounded), then make sure it is gone.
+    fn reap(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One HTTP/1.1 request per connection. Returns (status, body).
+fn http(method: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.set_nodelay(true).ok()?;
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// An event seen by a watcher: when it arrived and what it said.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: Instant,
+    watcher: usize,
+    view: View,
+}
+
+/// Follow `GET /leader/watch` and send every event with its arrival time, until the stream ends.
+async fn sse_watch(port: u16, watcher: usize, tx: tokio::sync::mpsc::UnboundedSender<Seen>) {
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return;
+    };
+    let _ = s.set_nodelay(true);
+    let req = "GET /leader/watch HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n";
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return;
+    }
+    let mut lines = tokio::io::BufReader::new(s).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let at = Instant::now();
+        if let Some(data) = line.strip_prefix("data:") {
+            if let Ok(view) = serde_json::from_str::<View>(data.trim()) {
+                if tx.send(Seen { at, watcher, view }).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Subscribe to `channel` on a node; send the arrival time of every message.
+fn subscribe_notices(port: u16, channel: &str, tx: mpsc::Sender<Instant>) {
+    let channel = channel.to_string();
+    std::thread::spawn(move || {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+            return;
+        };
+        let req = format!(
+            "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{}\r\n",
+            channel.len(),
+            channel
+        );
+        if s.write_all(req.as_bytes()).is_err() {
+            return;
+        }
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        // Every push is `*3 $7 message $len channel $len payload`; the word "message" marks one.
+        loop {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    if line.trim_end() == "message" && tx.send(Instant::now()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. acquire + release: ours (library) vs rslock on the same nodes
+
+fn lib_config(lease: &str, nodes: &[&Redis], ttl: &str) -> config::Config {
+    let mut args: Vec<String> = [
+        "redlock-elector",
+        "--lease",
+        lease,
+        "--ttl",
+        ttl,
+        "--identity",
+        "bench",
+        "--kubernetes",
+        "false",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for n in nodes {
+        args.push("--redis".into());
+        args.push(n.url());
+    }
+    match config::parse_args(args, &ProcessEnv) {
+        Ok(config::Command::Run(raw, _)) => {
+            config::validate(&raw, &ProcessEnv, false).expect("valid bench config")
+        }
+        _ => panic!("bench config does not parse"),
+    }
+}
+
+fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[Redis]) {
+    eprintln!("== acquire + release (library API) vs rslock {}", "0.10");
+    let iters = o.n(2000, 200);
+    for n in [1usize, 3, 5] {
+        let set: Vec<&Redis> = nodes.iter().take(n).collect();
+        let cfg = lib_config(&format!("bench-acq-{n}"), &set, "1s");
+        let redlock = Arc::new(Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock"));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        for node in redlock.nodes() {
+            rt.spawn(node.clone().maintain(stop_rx.clone()));
+        }
+        let ready = wait_for(Duration::from_secs(10), || {
+            redlock
+                .nodes()
+                .iter()
+                .all(|n| n.is_up() && n.counts(tokio::time::Instant::now()))
+                .then_some(())
+        });
+        assert!(ready.is_some(), "library nodes did not connect");
+        let urls: Vec<String> = set.iter().map(|r| r.url()).collect();
+        let rs = rslock::LockManager::new(urls);
+        let rs_key = format!("bench-rslock-{n}");
+        let ttl = Duration::from_secs(1);
+        let (ours, acq, rel, ren, theirs) = rt.block_on(async {
+            let (mut ours, mut acq, mut rel, mut ren, mut theirs) =
+                (vec![], vec![], vec![], vec![], vec![]);
+            for i in 0..iters + iters / 10 {
+                let warm = i < iters / 10;
+                // Ours: acquire (SET NX round + fencing-token write-back round), then release.
+                let t0 = Instant::now();
+                let lease = match redlock.acquire("bench").await {
+                    Acquire::Acquired(l) => l,
+                    other => panic!("our acquire failed on free nodes: {other:?}"),
+                };
+                let t1 = Instant::now();
+                redlock.release(&lease.value, false).await;
+                let t2 = Instant::now();
+                // rslock: SET NX round, then release.
+                let lock = rs
+                    .lock(rs_key.as_str(), ttl)
+                    .await
+                    .expect("rslock lock on free nodes");
+                rs.unlock(&lock).await;
+                let t3 = Instant::now();
+                if !warm {
+                    ours.push(ms(t2 - t0));
+                    acq.push(ms(t1 - t0));
+                    rel.push(ms(t2 - t1));
+                    theirs.push(ms(t3 - t2));
+                }
+            }
+            // One renew round alone: the cost of the fencing write-back round inside acquire.
+            if let Acquire::Acquired(lease) = redlock.acquire("bench").await {
+                for _ in 0..iters / 2 {
+                    let t = Instant::now();
+                    let _ = redlock.renew(&lease).await;
+                    ren.push(ms(t.elapsed()));
+                }
+                redlock.release(&lease.value, false).await;
+            }
+            (ours, acq, rel, ren, theirs)
+        });
+        let _ = stop_tx.send(true);
+        let (o50, o99, t50, t99) = (
+            pct(&ours, 0.5),
+            pct(&ours, 0.99),
+            pct(&theirs, 0.5),
+            pct(&theirs, 0.99),
+        );
+        let s = "acquire";
+        rep.info(
+            s,
+            format!("{n} node(s): ours acquire+release p50"),
+            o50,
+            "ms",
+            "acquire = SET NX round + fencing write-back round",
+        );
+        rep.info(
+            s,
+            format!("{n} node(s): ours acquire+release p99"),
+            o99,
+            "ms",
+            "",
+        );
+        rep.info(
+            s,
+            format!("{n} node(s): rslock lock+unlock p50"),
+            t50,
+            "ms",
+            "rslock: SET NX round (waits for all nodes) + unlock",
+        );
+        rep.info(
+            s,
+            format!("{n} node(s): rslock lock+unlock p99"),
+            t99,
+            "ms",
+            "",
+        );
+        rep.info(
+            s,
+            format!("{n} node(s): ours acquire / release / one renew round p50"),
+            pct(&acq, 0.5),
+            "ms",
+            format!(
+                "release p50 {} ms, renew round p50 {} ms",
+                fmt_val(pct(&rel, 0.5)),
+                fmt_val(pct(&ren, 0.5))
+            ),
+        );
+        rep.info(
+            s,
+            format!("{n} node(s): ours without the fencing round p50 (estimate)"),
+            o50 - pct(&ren, 0.5),
+            "ms",
+            "acquire+release p50 minus one renew-round p50: the same two rounds rslock does",
+        );
+        if n == 5 {
+            rep.target(
+                s,
+                "5 nodes: ratio ours/rslock p50",
+                o50 / t50,
+                "x",
+                0.5,
+                false,
+                "target: at most half of rslock's p50",
+            );
+        } else {
+            rep.info(
+                s,
+                format!("{n} node(s): ratio ours/rslock p50"),
+                o50 / t50,
+                "x",
+                "",
+            );
+        }
+        rep.info(
+            s,
+            format!("{n} node(s): ratio ours/rslock p99"),
+            o99 / t99,
+            "x",
+            "",
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. graceful handover and 3. crash failover: three real sidecars on three nodes
+
+/// Three sidecars of one lease, each followed over SSE.
+struct Trio {
+    lease: String,
+    sidecars: Vec<Sidecar>,
+    events: tokio::sync::mpsc::UnboundedReceiver<Seen>,
+    tx: tokio::sync::mpsc::UnboundedSender<Seen>,
+    started: usize,
+    extra: Vec<String>,
+}
+
+impl Trio {
+    fn start(rt: &tokio::runtime::Runtime, lease: &str, nodes: &[&Redis], extra: &[&str]) -> Trio {
+        let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+        let mut t = Trio {
+            lease: lease.to_string(),
+            sidecars: vec![],
+            events,
+            tx,
+            started: 0,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for _ in 0..3 {
+            t.spawn(rt, nodes);
+        }
+        t
+    }
+
+    fn spawn(&mut self, rt: &tokio::runtime::Runtime, nodes: &[&Redis]) {
+        self.started += 1;
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let s = Sidecar::start(
+            &format!("{}-{}", self.lease, self.started),
+            &self.lease,
+            nodes,
+            &extra,
+        );
+        rt.spawn(sse_watch(s.api_port, self.started, self.tx.clone()));
+        self.sidecars.push(s);
+    }
+
+    /// Drain queued events; the latest view per identity.
+    fn drain(&mut self, latest: &mut HashMap<String, View>) {
+        while let Ok(e) = self.events.try_recv() {
+            latest.insert(e.view.identity.clone(), e.view);
+        }
+    }
+
+    /// Wait until exactly one sidecar leads and every other one has observed it (it attempted,
+    /// so its subscriptions are up too). Returns the leader's index.
+    fn steady(&mut self, latest: &mut HashMap<String, View>) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            self.drain(latest);
+            let views: Vec<Option<&View>> = self
+                .sidecars
+                .iter()
+                .map(|s| latest.get(&s.identity))
+                .collect();
+            let leaders: Vec<usize> = views
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.is_some_and(|v| v.is_leader))
+                .map(|(i, _)| i)
+                .collect();
+            if let [l] = leaders[..] {
+                let id = &self.sidecars[l].identity;
+                if views
+                    .iter()
+                    .all(|v| v.is_some_and(|v| v.leader.as_deref() == Some(id)))
+                {
+                    return l;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the {} sidecars did not settle on one leader",
+                self.lease
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The first `is_leader: true` event from someone other than `old`, arriving after `after`.
+    fn next_leader(
+        &mut self,
+        old: &str,
+        after: Instant,
+        latest: &mut HashMap<String, View>,
+    ) -> Option<Seen> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match self.events.try_recv() {
+                Ok(e) => {
+                    latest.insert(e.view.identity.clone(), e.view.clone());
+                    if e.view.is_leader && e.view.identity != old && e.at >= after {
+                        return Some(e);
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+        None
+    }
+}
+
+fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
+    eprintln!("== graceful handover: 3 sidecars, 3 nodes, ttl 1s, retryEvery 1s");
+    let lease = "bench-handover";
+    let (ntx, nrx) = mpsc::channel();
+    for n in nodes {
+        subscribe_notices(
+            n.port,
+            &format!("redlock-elector:{lease}:released"),
+            ntx.clone(),
+        );
+    }
+    let mut trio = Trio::start(rt, lease, nodes, &["--ttl", "1s", "--retry-every", "1s"]);
+    let mut latest = HashMap::new();
+    let per_kind = o.n(30, 3);
+    let mut by_kind: HashMap<&str, (Vec<f64>, Vec<f64>)> = HashMap::new();
+    for i in 0..2 * per_kind {
+        let kind = if i % 2 == 0 { "SIGTERM" } else { "step-down" };
+        let l = trio.steady(&mut latest);
+        while nrx.try_recv().is_ok() {}
+        let old = trio.sidecars[l].identity.clone();
+        let port = trio.sidecars[l].api_port;
+        let t_sig = Instant::now();
+        let poster = if kind == "SIGTERM" {
+            trio.sidecars[l].signal("TERM");
+            None
+        } else {
+            Some(std::thread::spawn(move || {
+                http("POST", port, "/leader/step-down")
+            }))
+        };
+        let t_rel = nrx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a release notice");
+        let Some(new) = trio.next_leader(&old, t_sig, &mut latest) else {
+            panic!("no new leader within 10s of a {kind} handover");
+        };
+        let e = by_kind.entry(kind).or_default();
+        e.0.push(ms_between(t_rel, new.at));
+        e.1.push(ms_between(t_sig, new.at));
+        if let Some(p) = poster {
+            let _ = p.join();
+            // The old leader sits out one ttl; let it contend again so every round has two contenders.
+            std::thread::sleep(Duration::from_millis(1100));
+        } else {
+            let mut gone = trio.sidecars.remove(l);
+            gone.reap();
+            latest.remove(&old);
+            trio.spawn(rt, nodes);
+        }
+        let _ = new.watcher;
+    }
+    let s = "handover";
+    let all: Vec<f64> = by_kind
+        .values()
+        .flat_map(|(a, _)| a.iter().copied())
+        .collect();
+    for (kind, (rel, sig)) in &by_kind {
+        rep.info(
+            s,
+            format!("{kind}: release -> new leader p50"),
+            pct(rel, 0.5),
+            "ms",
+            format!("{} handovers", rel.len()),
+        );
+        rep.info(
+            s,
+            format!("{kind}: release -> new leader p99"),
+            pct(rel, 0.99),
+            "ms",
+            "",
+        );
+        rep.info(
+            s,
+            format!("{kind}: request/signal sent -> new leader p50"),
+            pct(sig, 0.5),
+            "ms",
+            "includes signal delivery / HTTP, publishing not-leader, the release round",
+        );
+    }
+    rep.target(s, "all: release -> new leader p50", pct(&all, 0.5), "ms", 10.0, false, format!("{} handovers; release = first release notice on any node, new leader = first is_leader:true SSE event", all.len()));
+    rep.target(
+        s,
+        "all: release -> new leader p99",
+        pct(&all, 0.99),
+        "ms",
+        50.0,
+        false,
+        "",
+    );
+}
+
+fn bench_failover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
+    eprintln!("== crash failover: SIGKILL the leader; 3 sidecars, 3 nodes, ttl 1s, retryEvery 1s");
+    let lease = "bench-failover";
+    let ttl = Duration::from_secs(1);
+    let retry = Duration::from_secs(1);
+    let mut trio = Trio::start(rt, lease, nodes, &["--ttl", "1s", "--retry-every", "1s"]);
+    let mut latest = HashMap::new();
+    let key = format!("redlock-elector:{lease}");
+    let (mut beyond, mut total) = (vec![], vec![]);
+    for _ in 0..o.n(20, 3) {
+        let l = trio.steady(&mut latest);
+        // Do not kill right at a renewal: land somewhere in the renewal period, like a real crash.
+        std::thread::sleep(Duration::from_millis(rand_ms(0, 333)));
+        let old = trio.sidecars[l].identity.clone();
+        let t_kill = Instant::now();
+        trio.sidecars[l].kill();
+        // Read the keys' remaining ttl after the process is gone: no renewal can move them now.
+        let mut expiries: Vec<Instant> = nodes
+            .iter()
+            .filter_map(|n| {
+                let at = Instant::now();
+                let pttl: i64 = n.cmd(&["PTTL", &key])?.parse().ok()?;
+                (pttl >= 0).then(|| at + Duration::from_millis(pttl as u64))
+            })
+            .collect();
+        expiries.sort();
+        // A quorum of keys is free when the 2nd of 3 has expired.
+        let expiry = expiries.get(1).copied();
+        let Some(new) = trio.next_leader(&old, t_kill, &mut latest) else {
+            panic!("no new leader within 10s of a crash");
+        };
+        if let Some(x) = expiry {
+            beyond.push(ms_between(x, new.at));
+        }
+        total.push(ms_between(t_kill, new.at));
+        let mut gone = trio.sidecars.remove(l);
+        gone.kill();
+        latest.remove(&old);
+        trio.spawn(rt, nodes);
+    }
+    let s = "failover";
+    let limit = ms(retry.mul_f64(1.25)) + 50.0;
+    rep.info(
+        s,
+        "SIGKILL -> new leader p50",
+        pct(&total, 0.5),
+        "ms",
+        format!("{} crashes", total.len()),
+    );
+    rep.info(s, "SIGKILL -> new leader p99", pct(&total, 0.99), "ms", "");
+    rep.info(s, "failover / ttl p50", pct(&total, 0.5) / ms(ttl), "x", "");
+    rep.info(
+        s,
+        "failover / ttl p99",
+        pct(&total, 0.99) / ms(ttl),
+        "x",
+        "",
+    );
+    rep.info(
+        s,
+        "beyond key expiry p50",
+        pct(&beyond, 0.5),
+        "ms",
+        "expiry = when the quorum-th key expires (PTTL read after the kill)",
+    );
+    rep.target(
+        s,
+        "beyond key expiry p99",
+        pct(&beyond, 0.99),
+        "ms",
+        limit,
+        false,
+        "target: expiry + retryEvery*1.25 + 50ms",
+    );
+    rep.info(
+        s,
+        "beyond key expiry p99 / ttl",
+        pct(&beyond, 0.99) / ms(ttl),
+        "x",
+        "",
+    );
+}
+
+fn rand_ms(lo: u64, hi: u64) -> u64 {
+    // Good enough spread without another dependency: the clock's nanoseconds.
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    lo + n % (hi - lo).max(1)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. /leader under load, and fan-out to 1000 watchers
+
+fn bench_load(o: &Opts, rep: &mut Report, nodes: &[&Redis], rt: &tokio::runtime::Runtime) {
+    eprintln!("== /leader under load");
+    let s = Sidecar::start("load-a", "bench-load", nodes, &["--ttl", "1s"]);
+    wait_for(Duration::from_secs(10), || s.view().filter(|v| v.is_leader))
+        .expect("the load sidecar leads");
+    let secs = o.n(10, 2);
+    let conns = 16;
+    let url = format!("http://127.0.0.1:{}/leader", s.api_port);
+    let (rps, p50, p99, how) = match run_wrk(&url, conns, secs) {
+        Some((r, a, b)) => (r, a, b, format!("wrk -t1 -c{conns} -d{secs}s (keep-alive)")),
+        None => {
+            let (r, a, b) = rt.block_on(builtin_load(
+                s.api_port,
+                conns,
+                Duration::from_secs(secs as u64),
+            ));
+            (
+                r,
+                a,
+                b,
+                format!(
+                    "built-in load generator, {conns} keep-alive connections, {secs}s (wrk not installed)"
+                ),
+            )
+        }
+    };
+    let sec = "load";
+    rep.target(
+        sec,
+        "GET /leader requests/s",
+        rps,
+        "req/s",
+        20_000.0,
+        true,
+        format!("{how}; load generator on the same 2 cores"),
+    );
+    rep.info(sec, "GET /leader latency p50", p50, "ms", "");
+    rep.target(sec, "GET /leader latency p99", p99, "ms", 2.0, false, "");
+    rep.info(
+        sec,
+        "sidecar RSS after the load",
+        rss_kib(s.pid()).unwrap_or(f64::NAN) / 1024.0,
+        "MiB",
+        "",
+    );
+}
+
+/// Run wrk; (requests/s, p50 ms, p99 ms), or None when wrk is missing or its output is unreadable.
+fn run_wrk(url: &str, conns: usize, secs: usize) -> Option<(f64, f64, f64)> {
+    let out = Command::new("wrk")
+        .args([
+            "-t1",
+            &format!("-c{conns}"),
+            &format!("-d{secs}s"),
+            "--latency",
+            url,
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rps = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())?;
+    let lat = |p: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(p).map(str::trim))
+            .and_then(parse_wrk_ms)
+    };
+    if text.contains("Non-2xx") || text.contains("Socket errors") {
+        eprintln!("  wrk reported errors:\n{text}");
+    }
+    Some((rps, lat("50%")?, lat("99%")?))
+}
+
+fn parse_wrk_ms(v: &str) -> Option<f64> {
+    let (num, mul) = if let Some(n) = v.strip_suffix("us") {
+        (n, 1e-3)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1e3)
+    } else {
+        (v, 1.0)
+    };
+    num.trim().parse::<f64>().ok().map(|x| x * mul)
+}
+
+/// Keep-alive connections sending `GET /leader` back to back: (requests/s, p50 ms, p99 ms).
+async fn builtin_load(port: u16, conns: usize, dur: Duration) -> (f64, f64, f64) {
+    let end = Instant::now() + dur;
+    let mut tasks = vec![];
+    for _ in 0..conns {
+        tasks.push(tokio::spawn(async move {
+            let mut lat = vec![];
+            let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+                return lat;
+            };
+            let _ = s.set_nodelay(true);
+            let mut r = tokio::io::BufReader::new(s);
+            let req = b"GET /leader HTTP/1.1\r\nHost: localhost\r\n\r\n";
+            let mut line = String::new();
+            while Instant::now() < end {
+                let t = Instant::now();
+                if r.get_mut().write_all(req).await.is_err() {
+                    break;
+                }
+                let mut len = 0usize;
+                loop {
+                    line.clear();
+                    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return lat;
+                    }
+                    let l = line.trim_end().to_ascii_lowercase();
+                    if let Some(v) = l.strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    if l.is_empty() {
+                        break;
+                    }
+                }
+                let mut body = vec![0; len];
+                if tokio::io::AsyncReadExt::read_exact(&mut r, &mut body)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                lat.push(ms(t.elapsed()));
+            }
+            lat
+        }));
+    }
+    let mut all = vec![];
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    (
+        all.len() as f64 / dur.as_secs_f64(),
+        pct(&all, 0.5),
+        pct(&all, 0.99),
+    )
+}
+
+/// Long-poll: wait for the answer to `GET /leader?wait=60s&version=V`; the arrival time.
+async fn long_poll(port: u16, version: u64) -> Option<(Instant, View)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let _ = s.set_nodelay(true);
+    let req = format!(
+        "GET /leader?wait=60s&version={version} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut s, &mut buf)
+        .await
+        .ok()?;
+    let at = Instant::now();
+    let text = String::from_utf8_lossy(&buf);
+    let (_, body) = text.split_once("\r\n\r\n")?;
+    Some((at, serde_json::from_str(body).ok()?))
+}
+
+fn bench_fanout(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
+    let watchers = 1000;
+    eprintln!("== fan-out: {watchers} SSE watchers and {watchers} long-polls on one sidecar");
+    let lease = "bench-fanout";
+    let extra = ["--ttl", "1s", "--retry-every", "1s"];
+    let w = Sidecar::start("fanout-w", lease, nodes, &extra);
+    wait_for(Duration::from_secs(10), || w.view().filter(|v| v.is_leader))
+        .expect("the watched sidecar leads");
+    let x = Sidecar::start("fanout-x", lease, nodes, &extra);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..watchers {
+        rt.spawn(sse_watch(w.api_port, i, tx.clone()));
+    }
+    // Everyone has the current state (leader) before the change.
+    let mut ready = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ready.len() < watchers {
+        match rx.try_recv() {
+            Ok(e) => {
+                ready.insert(e.watcher);
+            }
+            Err(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "only {} of {watchers} watchers connected",
+                    ready.len()
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+    let rounds = o.n(5, 2);
+    let (mut sse_all, mut sse_spread, mut lp_all) = (vec![], vec![], vec![]);
+    for round in 0..2 * rounds {
+        let Some(v0) = wait_for(Duration::from_secs(10), || w.view().filter(|v| v.is_leader))
+        else {
+            panic!("the watched sidecar did not lead again");
+        };
+        let long_polls = round % 2 == 1;
+        let polls = long_polls.then(|| {
+            let handles: Vec<_> = (0..watchers)
+                .map(|_| rt.spawn(long_poll(w.api_port, v0.version)))
+                .collect();
+            // Let them all arrive and block.
+            std::thread::sleep(Duration::from_millis(500));
+            handles
+        });
+        while rx.try_recv().is_ok() {}
+        let port = w.api_port;
+        let t0 = Instant::now();
+        let poster = std::thread::spawn(move || http("POST", port, "/leader/step-down"));
+        if let Some(handles) = polls {
+            let arrivals = rt.block_on(async {
+                let mut v = vec![];
+                for h in handles {
+                    if let Ok(Some((at, view))) = h.await {
+                        if !view.is_leader {
+                            v.push(at);
+                        }
+                    }
+                }
+                v
+            });
+            if arrivals.len() == watchers {
+                if let Some(last) = arrivals.iter().max() {
+                    lp_all.push(ms_between(t0, *last));
+                }
+            } else {
+                eprintln!(
+                    "  only {} of {watchers} long-polls answered with the change",
+                    arrivals.len()
+                );
+            }
+        }
+        // Every SSE watcher's first not-leader event after t0.
+        let mut first: HashMap<usize, Instant> = HashMap::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while first.len() < watchers && Instant::now() < deadline {
+            match rx.try_recv() {
+                Ok(e) if !e.view.is_leader && e.at >= t0 => {
+                    first.entry(e.watcher).or_insert(e.at);
+                }
+                Ok(_) => {}
+                Err(_) => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+        if first.len() == watchers {
+            let (lo, hi) = (first.values().min(), first.values().max());
+            if let (Some(lo), Some(hi)) = (lo, hi) {
+                sse_all.push(ms_between(t0, *hi));
+                sse_spread.push(ms_between(*lo, *hi));
+            }
+        } else {
+            eprintln!(
+                "  only {} of {watchers} SSE watchers saw the change",
+                first.len()
+            );
+        }
+        let _ = poster.join();
+        // Hand the lease back to W: its cool-down (one ttl) must pass, then X steps down.
+        std::thread::sleep(Duration::from_millis(1100));
+        wait_for(Duration::from_secs(10), || x.view().filter(|v| v.is_leader))
+            .expect("the other sidecar leads");
+        let _ = http("POST", x.api_port, "/leader/step-down");
+    }
+    let s = "fanout";
+    rep.target(
+        s,
+        "1000 SSE watchers: change -> all notified (max)",
+        sse_all.iter().copied().fold(f64::NAN, f64::max),
+        "ms",
+        50.0,
+        false,
+        format!(
+            "{} rounds; change = step-down request sent to the watched sidecar",
+            sse_all.len()
+        ),
+    );
+    rep.info(
+        s,
+        "1000 SSE watchers: first -> last notified p50",
+        pct(&sse_spread, 0.5),
+        "ms",
+        "",
+    );
+    rep.info(
+        s,
+        "1000 long-polls: change -> all answered (max)",
+        lp_all.iter().copied().fold(f64::NAN, f64::max),
+        "ms",
+        format!("{} rounds", lp_all.len()),
+    );
+    rep.info(
+        s,
+        "sidecar RSS with 1000 watchers",
+        rss_kib(w.pid()).unwrap_or(f64::NAN) / 1024.0,
+        "MiB",
+        "",
+    );
+    drop(x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. footprint and 6. Redis load, on dedicated nodes with production defaults
+
+fn rss_kib(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// utime + stime in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces; fields after the closing parenthesis are fixed.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Over `window`: (CPU % of one core, RSS MiB at the end, Redis commands/s summed over `nodes`).
+fn observe(pid: u32, nodes: &[&Redis], window: Duration) -> (f64, f64, f64) {
+    let c0: Vec<u64> = nodes.iter().map(|n| n.total_commands()).collect();
+    let t0 = Instant::now();
+    let k0 = cpu_ticks(pid).unwrap_or(0);
+    std::thread::sleep(window);
+    let k1 = cpu_ticks(pid).unwrap_or(0);
+    let el = t0.elapsed().as_secs_f64();
+    let c1: Vec<u64> = nodes.iter().map(|n| n.total_commands()).collect();
+    // Our own INFO at the start is counted in the delta: subtract it.
+    let cmds: u64 = c0
+        .iter()
+        .zip(&c1)
+        .map(|(a, b)| b.saturating_sub(*a).saturating_sub(1))
+        .sum();
+    let cpu = (k1 - k0) as f64 / clock_ticks() / el * 100.0;
+    (
+        cpu,
+        rss_kib(pid).unwrap_or(f64::NAN) / 1024.0,
+        cmds as f64 / el,
+    )
+}
+
+fn bench_footprint(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
+    let window = Duration::from_secs(o.n(30, 3) as u64);
+    eprintln!(
+        "== footprint and Redis load: defaults (ttl 10s, retryEvery 1s), 3 dedicated nodes, {}s windows",
+        window.as_secs()
+    );
+    wait_quarantine(nodes, Duration::from_secs(10));
+    let lease = "bench-idle";
+    let a = Sidecar::start("idle-a", lease, nodes, &[]);
+    wait_for(Duration::from_secs(15), || a.view().filter(|v| v.is_leader))
+        .expect("the idle sidecar leads");
+    std::thread::sleep(Duration::from_millis(500));
+    let (lcpu, lrss, lcmd) = observe(a.pid(), nodes, window);
+    let b = Sidecar::start("idle-b", lease, nodes, &[]);
+    wait_for(Duration::from_secs(15), || {
+        b.view().filter(|v| v.leader.as_deref() == Some("idle-a"))
+    })
+    .expect("the follower sees the leader");
+    std::thread::sleep(Duration::from_secs(2));
+    let (fcpu, frss, both) = observe(b.pid(), nodes, window);
+    let fcmd = both - lcmd;
+    let s = "footprint";
+    rep.target(
+        s,
+        "idle follower RSS",
+        frss,
+        "MiB",
+        16.0,
+        false,
+        "VmRSS at the end of the window",
+    );
+    rep.target(s, "leader RSS", lrss, "MiB", 16.0, false, "");
+    rep.target(
+        s,
+        "idle follower CPU",
+        fcpu,
+        "% core",
+        0.5,
+        false,
+        format!("utime+stime over {}s", window.as_secs()),
+    );
+    rep.target(s, "leader CPU", lcpu, "% core", 0.5, false, "");
+    let r = "redis-load";
+    rep.info(r, "leader: commands/s (sum over 3 nodes)", lcmd, "cmd/s", "INFO stats total_commands_processed deltas; renew every ttl/3 + INFO health check 1/s per node");
+    rep.info(
+        r,
+        "follower: commands/s (sum over 3 nodes)",
+        fcmd,
+        "cmd/s",
+        "(leader+follower) - leader; acquire attempt + cleanup per retry + INFO 1/s per node",
+    );
+}
+
+fn bench_binary(rep: &mut Report) {
+    eprintln!("== binary size");
+    let path = Path::new(binary());
+    let size = std::fs::metadata(path).map_or(f64::NAN, |m| m.len() as f64 / 1e6);
+    let tmp = std::env::temp_dir().join(format!(
+        "redlock-elector-bench-strip-{}",
+        std::process::id()
+    ));
+    let stripped = std::fs::copy(path, &tmp)
+        .ok()
+        .and_then(|_| Command::new("strip").arg(&tmp).status().ok())
+        .filter(|s| s.success())
+        .and_then(|_| std::fs::metadata(&tmp).ok())
+        .map_or(f64::NAN, |m| m.len() as f64 / 1e6);
+    let _ = std::fs::remove_file(&tmp);
+    rep.info(
+        "binary",
+        "release binary as built",
+        size,
+        "MB",
+        binary().to_string(),
+    );
+    rep.target(
+        "binary",
+        "stripped release binary",
+        stripped,
+        "MB",
+        20.0,
+        false,
+        "strip(1) of the release binary",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn main() {
+    let o = Opts::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!(
+        "redlock-elector benchmark ({} mode), {} CPUs, load average {}",
+        if o.quick { "quick" } else { "full" },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let started = Instant::now();
+    // Five shared nodes (ttl 1s sections) and three dedicated ones (footprint, Redis load).
+    let shared: Vec<Redis> = (0..5).map(|_| Redis::start()).collect();
+    let dedicated: Vec<Redis> = if o.wants("footprint") {
+        (0..3).map(|_| Redis::start()).collect()
+    } else {
+        vec![]
+    };
+    let three: Vec<&Redis> = shared.iter().take(3).collect();
+    wait_quarantine(&shared.iter().collect::<Vec<_>>(), Duration::from_secs(1));
+    let mut rep = Report::default();
+    if o.wants("acquire") {
+        bench_acquire(&rt, &o, &mut rep, &shared);
+    }
+    if o.wants("handover") {
+        bench_handover(&rt, &o, &mut rep, &three);
+    }
+    if o.wants("failover") {
+        bench_failover(&rt, &o, &mut rep, &three);
+    }
+    if o.wants("load") {
+        bench_load(&o, &mut rep, &three, &rt);
+    }
+    if o.wants("fanout") {
+        bench_fanout(&rt, &o, &mut rep, &three);
+    }
+    if o.wants("footprint") {
+        bench_footprint(&o, &mut rep, &dedicated.iter().collect::<Vec<_>>());
+    }
+    if o.wants("binary") {
+        bench_binary(&mut rep);
+    }
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!(
+        "== done in {:.0}s; load average now {}",
+        started.elapsed().as_secs_f64(),
+        load_after
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut out = std::io::stdout();
+    if o.json {
+        let doc = serde_json::json!({
+            "mode": if o.quick { "quick" } else { "full" },
+            "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+            "load_before": load.trim(),
+            "load_after": load_after.trim(),
+            "rows": rep.rows,
+        });
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        );
+    } else {
+        rep.print_table(&mut out);
+    }
+    rt.shutdown_background();
+}
