@@ -33,6 +33,12 @@ fn minority_down_keeps_leader_majority_down_steps_down_by_deadline_and_recovers(
     // Minority (2 of 5) down: the leader keeps leading through several renewals.
     nodes[0].kill();
     nodes[1].kill();
+    let follower = both[1 - l];
+    std::thread::sleep(Duration::from_millis(300));
+    let before = (
+        attempts(follower, "contended"),
+        attempts(follower, "no_quorum"),
+    );
     let until = Instant::now() + TTL * 3;
     while Instant::now() < until {
         let v = leader.leader();
@@ -44,6 +50,20 @@ fn minority_down_keeps_leader_majority_down_steps_down_by_deadline_and_recovers(
         assert_eq!(v.fencing_token, token);
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The follower still sees the holder on a quorum of the nodes that answer: "contended",
+    // not "no quorum", even though its attempt was decided before every reply arrived.
+    let after = (
+        attempts(follower, "contended"),
+        attempts(follower, "no_quorum"),
+    );
+    assert!(
+        after.0 >= before.0 + 3,
+        "follower attempts counted as contended: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        after.1, before.1,
+        "no attempt counted as no_quorum while a leader holds 3 of 5"
+    );
 
     // Majority down (3 of 5): no renewal can succeed; it must stop saying leader by its deadline.
     let deadline = Instant::now() + Duration::from_millis(leader.leader().valid_for_ms);
@@ -128,4 +148,16 @@ fn sigstop_longer_than_ttl_never_answers_leader_after_resume() {
         let n = [&a, &b].iter().filter(|s| s.leader().is_leader).count();
         assert!(n <= 1, "two leaders after resume");
     }
+}
+
+fn attempts(s: &Sidecar, result: &str) -> u64 {
+    let (_, text) = http("GET", s.ops_port, "/metrics").unwrap();
+    let prefix =
+        format!("redlock_elector_acquire_attempts_total{{lease=\"test\",result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
 }

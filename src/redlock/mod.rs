@@ -222,11 +222,11 @@ impl Redlock {
                 break;
             }
         }
-        // Stragglers' commands were sent; their replies no longer matter for the decision.
-        drop(pending);
         let decided_at = Instant::now();
         let valid = math::validity(self.ttl, decided_at - t1, self.drift);
         if tally.decided() == Some(true) && valid.is_some() {
+            // Stragglers' commands were sent; their replies no longer matter.
+            drop(pending);
             let seen = epochs.iter().copied().max().unwrap_or(0);
             let token = seen.max(self.epoch_seen.load(Ordering::SeqCst)) + 1;
             self.epoch_seen.fetch_max(token, Ordering::SeqCst);
@@ -247,12 +247,38 @@ impl Redlock {
                 }
             }
         }
-        // Failed: remember the epochs seen, and clean up everywhere, including nodes whose
-        // reply never came.
+        // Failed. Clean up everywhere, including nodes whose reply never came, and meanwhile
+        // collect the stragglers' replies (each bounded by the timeout): the decision was made
+        // early, but telling "someone else holds a quorum" from "no quorum anywhere" needs them.
+        let drain = async {
+            let mut votes = Vec::new();
+            while let Some((_, vote)) = pending.next().await {
+                votes.push(vote);
+            }
+            votes
+        };
+        let (_, stragglers) = tokio::join!(self.release(&value, false), drain);
+        for vote in stragglers {
+            match vote {
+                Vote::Yes { epoch } => {
+                    answered += 1;
+                    epochs.push(epoch);
+                }
+                Vote::No {
+                    holder,
+                    pttl,
+                    epoch,
+                } => {
+                    answered += 1;
+                    epochs.push(epoch);
+                    denials.push((holder, pttl));
+                }
+                Vote::Unknown => {}
+            }
+        }
         if let Some(&e) = epochs.iter().max() {
             self.epoch_seen.fetch_max(e, Ordering::SeqCst);
         }
-        self.release(&value, false).await;
         if answered == 0 {
             return Acquire::Error;
         }
