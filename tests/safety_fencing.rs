@@ -84,10 +84,10 @@ fn tokens_increase_across_handovers_crashes_and_empty_restarts() {
     // A majority of nodes restart empty under one leader, one at a time.
     let (l, token) = wait_leader(&sidecars);
     tokens.push(token);
-    for n in 0..3 {
-        nodes[n].restart();
+    for node in nodes.iter_mut().take(3) {
+        node.restart();
         assert_eq!(
-            nodes[n].cli(&["GET", EPOCH_KEY]).as_deref(),
+            node.cli(&["GET", EPOCH_KEY]).as_deref(),
             Some(""),
             "restarted empty"
         );
@@ -100,8 +100,7 @@ fn tokens_increase_across_handovers_crashes_and_empty_restarts() {
             "the leader keeps the lease on the other four nodes"
         );
         assert_eq!(
-            nodes[n]
-                .cli(&["GET", EPOCH_KEY])
+            node.cli(&["GET", EPOCH_KEY])
                 .and_then(|e| e.parse::<u64>().ok()),
             Some(token),
             "renewals re-assert the epoch on a restarted node"
