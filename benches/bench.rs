@@ -590,7 +590,7 @@ fn subscribe_notices(port: u16, channel: &str, tx: mpsc::Sender<Instant>) {
 // ---------------------------------------------------------------------------------------------
 // 1. acquire + release: ours (library) vs rslock on the same nodes
 
-fn lib_config(lease: &str, nodes: &[&Redis], ttl: &str) -> config::Config {
+fn lib_config(lease: &str, urls: &[String], ttl: &str) -> config::Config {
     let mut args: Vec<String> = [
         "redlock-elector",
         "--lease",
@@ -605,9 +605,9 @@ fn lib_config(lease: &str, nodes: &[&Redis], ttl: &str) -> config::Config {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    for n in nodes {
+    for u in urls {
         args.push("--redis".into());
-        args.push(n.url());
+        args.push(u.clone());
     }
     match config::parse_args(args, &ProcessEnv) {
         Ok(config::Command::Run(raw, _)) => {
@@ -617,12 +617,76 @@ fn lib_config(lease: &str, nodes: &[&Redis], ttl: &str) -> config::Config {
     }
 }
 
+/// A TCP proxy to the node on `port` that delays every chunk towards the node by `delay` from
+/// its arrival, like a longer network path: pipelined commands overlap, replies are not
+/// delayed. Plain threads and blocking sleeps, because a tokio timer rounds up to whole
+/// milliseconds. Returns the port to connect to; runs until the process ends.
+fn latency_proxy(port: u16, delay: Duration) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("proxy listener");
+    let local = listener.local_addr().expect("proxy address").port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            let _ = (client.set_nodelay(true), server.set_nodelay(true));
+            let (Ok(mut cr), Ok(mut cw), Ok(mut sr)) =
+                (client.try_clone(), client.try_clone(), server.try_clone())
+            else {
+                continue;
+            };
+            let mut sw = server;
+            let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 16 * 1024];
+                while let Ok(n @ 1..) = cr.read(&mut buf) {
+                    if tx
+                        .send((Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                while let Ok((due, bytes)) = rx.recv() {
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                    if sw.write_all(&bytes).is_err() {
+                        return;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut sr, &mut cw);
+            });
+        }
+    });
+    local
+}
+
 fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[Redis]) {
     eprintln!("== acquire + release (library API) vs rslock {}", "0.10");
     let iters = o.n(2000, 200);
-    for n in [1usize, 3, 5] {
-        let set: Vec<&Redis> = nodes.iter().take(n).collect();
-        let cfg = lib_config(&format!("bench-acq-{n}"), &set, "1s");
+    let urls = |n: usize| nodes.iter().take(n).map(Redis::url).collect::<Vec<_>>();
+    // Real deployments spread nodes over zones: one node 2 ms further away (one way) shows what
+    // deciding at the quorum is worth.
+    let mut slow = urls(4);
+    slow.push(format!(
+        "redis://127.0.0.1:{}",
+        latency_proxy(nodes[4].port, Duration::from_millis(2))
+    ));
+    let scenarios = [
+        ("1 node", urls(1)),
+        ("3 nodes", urls(3)),
+        ("5 nodes", urls(5)),
+        ("5 nodes, one +2ms", slow),
+    ];
+    for (i, (label, urls)) in scenarios.into_iter().enumerate() {
+        let cfg = lib_config(&format!("bench-acq-{i}"), &urls, "1s");
         let redlock = Arc::new(Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock"));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         for node in redlock.nodes() {
@@ -636,9 +700,8 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 .then_some(())
         });
         assert!(ready.is_some(), "library nodes did not connect");
-        let urls: Vec<String> = set.iter().map(|r| r.url()).collect();
         let rs = rslock::LockManager::new(urls);
-        let rs_key = format!("bench-rslock-{n}");
+        let rs_key = format!("bench-rslock-{i}");
         let ttl = Duration::from_secs(1);
         let (ours, acq, rel, ren, theirs) = rt.block_on(async {
             let (mut ours, mut acq, mut rel, mut ren, mut theirs) =
@@ -689,35 +752,29 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
         let s = "acquire";
         rep.info(
             s,
-            format!("{n} node(s): ours acquire+release p50"),
+            format!("{label}: ours acquire+release p50"),
             o50,
             "ms",
             "acquire = SET NX round + fencing write-back round",
         );
         rep.info(
             s,
-            format!("{n} node(s): ours acquire+release p99"),
+            format!("{label}: ours acquire+release p99"),
             o99,
             "ms",
             "",
         );
         rep.info(
             s,
-            format!("{n} node(s): rslock lock+unlock p50"),
+            format!("{label}: rslock lock+unlock p50"),
             t50,
             "ms",
             "rslock: SET NX round (waits for all nodes) + unlock",
         );
+        rep.info(s, format!("{label}: rslock lock+unlock p99"), t99, "ms", "");
         rep.info(
             s,
-            format!("{n} node(s): rslock lock+unlock p99"),
-            t99,
-            "ms",
-            "",
-        );
-        rep.info(
-            s,
-            format!("{n} node(s): ours acquire / release / one renew round p50"),
+            format!("{label}: ours acquire / release / one renew round p50"),
             pct(&acq, 0.5),
             "ms",
             format!(
@@ -728,12 +785,12 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
         );
         rep.info(
             s,
-            format!("{n} node(s): ours without the fencing round p50 (estimate)"),
+            format!("{label}: ours without the fencing round p50 (estimate)"),
             o50 - pct(&ren, 0.5),
             "ms",
             "acquire+release p50 minus one renew-round p50: the same two rounds rslock does",
         );
-        if n == 5 {
+        if label == "5 nodes" {
             rep.target(
                 s,
                 "5 nodes: ratio ours/rslock p50",
@@ -746,7 +803,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
         } else {
             rep.info(
                 s,
-                format!("{n} node(s): ratio ours/rslock p50"),
+                format!("{label}: ratio ours/rslock p50"),
                 o50 / t50,
                 "x",
                 "",
@@ -754,7 +811,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
         }
         rep.info(
             s,
-            format!("{n} node(s): ratio ours/rslock p99"),
+            format!("{label}: ratio ours/rslock p99"),
             o99 / t99,
             "x",
             "",

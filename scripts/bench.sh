@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The benchmark suite (docs/performance.md): builds the release binary and the bench target,
+# starts real redis-servers on loopback ports, and prints every figure next to its target as
+# met / not met. Timing never fails it; it exits non-zero only if the benchmark itself breaks.
+#
+#   ./scripts/bench.sh                  full run (about 5 minutes)
+#   ./scripts/bench.sh --quick          few iterations (CI: scripts/check-bench.sh)
+#   ./scripts/bench.sh --json           the figures as JSON on stdout (progress on stderr)
+#   ./scripts/bench.sh --only acquire,handover,failover,load,fanout,footprint,binary
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+ensure_apt redis-server redis-server
+# Optional: wrk drives /leader (else a built-in load generator does); strip(1) gives the
+# stripped binary size. A subshell, because ensure_apt exits when it cannot install.
+(ensure_apt wrk wrk) || echo "-- wrk unavailable: /leader load uses the built-in load generator" >&2
+(ensure_apt strip binutils) || echo "-- strip unavailable: no stripped binary size" >&2
+
+# `cargo bench` builds with the release profile, the sidecar binary included
+# (target/release/redlock-elector), and passes `--bench`, which the harness ignores.
+exec cargo bench --locked --bench bench -- "$@"
