@@ -545,12 +545,13 @@ async fn sse_watch(port: u16, watcher: usize, tx: tokio::sync::mpsc::UnboundedSe
     let mut lines = tokio::io::BufReader::new(s).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let at = Instant::now();
-        if let Some(data) = line.strip_prefix("data:") {
-            if let Ok(view) = serde_json::from_str::<View>(data.trim()) {
-                if tx.send(Seen { at, watcher, view }).is_err() {
-                    return;
-                }
-            }
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        if let Ok(view) = serde_json::from_str::<View>(data.trim())
+            && tx.send(Seen { at, watcher, view }).is_err()
+        {
+            return;
         }
     }
 }
@@ -669,7 +670,7 @@ fn latency_proxy(port: u16, delay: Duration) -> u16 {
 }
 
 fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[Redis]) {
-    eprintln!("== acquire + release (library API) vs rslock {}", "0.10");
+    eprintln!("== acquire + release (library API) vs rslock 0.10");
     let iters = o.n(2000, 200);
     let urls = |n: usize| nodes.iter().take(n).map(Redis::url).collect::<Vec<_>>();
     // Real deployments spread nodes over zones: one node 2 ms further away (one way) shows what
@@ -1389,10 +1390,10 @@ fn bench_fanout(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes:
         let arrivals = rt.block_on(async {
             let mut v = vec![];
             for h in handles {
-                if let Ok(Some((at, view))) = h.await {
-                    if !view.is_leader {
-                        v.push(at);
-                    }
+                if let Ok(Some((at, view))) = h.await
+                    && !view.is_leader
+                {
+                    v.push(at);
                 }
             }
             v
