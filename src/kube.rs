@@ -9,8 +9,9 @@
 //!   (evaluated with [`Leadership::at`]), so a renewal still in flight does not keep the label up.
 //! - Updates retry with jittered exponential backoff until the label matches the *latest*
 //!   desired state. An attempt for a state that is no longer wanted is dropped mid-flight, and
-//!   every patch carries the `resourceVersion` it was computed from, so a stale patch that still
-//!   reaches the server is rejected (409) instead of overwriting a newer one.
+//!   every patch carries the `resourceVersion` it was computed from (and, on the own pod, a
+//!   fresh [`UPDATED_ANNOTATION`] so that it always bumps that version), so a stale patch that
+//!   still reaches the server is rejected (409) instead of overwriting a newer one.
 //! - Events ("became leader", "lost leadership: <reason>") go through a small queue on their own
 //!   task, best effort, so they never hold up a label.
 //!
@@ -40,6 +41,10 @@ use crate::metrics::Metrics;
 pub const LEASE_LABEL: &str = "redlock-elector/lease";
 /// Annotation carrying the fencing token while leader (opt-in).
 pub const TOKEN_ANNOTATION: &str = "redlock-elector/fencing-token";
+/// Annotation with the time of the sidecar's last write to its own pod. It makes every such
+/// write a real change: the API server does not bump `resourceVersion` for a no-op patch, so
+/// without it a re-applied state could leave an earlier, still travelling patch valid.
+pub const UPDATED_ANNOTATION: &str = "redlock-elector/role-updated-at";
 /// `source.component` / `reportingComponent` of Events.
 const COMPONENT: &str = "redlock-elector";
 /// Upper bound of one API request; an answer slower than this counts as a failure.
@@ -120,18 +125,19 @@ impl Settings {
         })
     }
 
-    /// Merge patch for the own pod: lease label, role label, token annotation, and the
-    /// `resourceVersion` precondition if known.
-    pub fn own_patch(&self, role: Role, resource_version: Option<&str>) -> Value {
+    /// Merge patch for the own pod: lease label, role label, [`UPDATED_ANNOTATION`] = `now`
+    /// (RFC 3339), the token annotation, and the `resourceVersion` precondition if known.
+    pub fn own_patch(&self, role: Role, resource_version: Option<&str>, now: &str) -> Value {
         let (value, token) = match role {
             Role::Leader { token } => (&self.label_leader, Some(token)),
             Role::Follower => (&self.label_follower, None),
         };
         let mut meta = json!({
             "labels": { LEASE_LABEL: self.lease, &self.label_key: value },
+            "annotations": { UPDATED_ANNOTATION: now },
         });
         if self.token_annotation {
-            meta["annotations"] = json!({ TOKEN_ANNOTATION: token.map(|t| t.to_string()) });
+            meta["annotations"][TOKEN_ANNOTATION] = json!(token.map(|t| t.to_string()));
         }
         if let Some(rv) = resource_version {
             meta["resourceVersion"] = json!(rv);
@@ -326,9 +332,11 @@ impl Pods {
             let pod = call(&self.metrics, "get", self.api.get(&self.settings.pod)).await?;
             self.remember(&pod);
         }
-        let body = self
-            .settings
-            .own_patch(role, self.resource_version.as_deref());
+        let body = self.settings.own_patch(
+            role,
+            self.resource_version.as_deref(),
+            &k8s_openapi::jiff::Timestamp::now().to_string(),
+        );
         let pod = call(
             &self.metrics,
             "patch",
@@ -478,6 +486,11 @@ impl Publisher {
             }
             if applied != Some(role) {
                 if retry_at.is_none_or(|t| now >= t) {
+                    // Until this attempt succeeds the pod's state is unknown: a patch that
+                    // failed, timed out or was dropped may still land. So whatever is wanted
+                    // next is applied again, conditional on the version read before, and the
+                    // server rejects whichever of the two comes second if the first landed.
+                    applied = None;
                     // Drop the attempt as soon as it is for a state no longer wanted.
                     let outcome = tokio::select! {
                         r = pods.apply(role) => Some(r),
@@ -722,16 +735,18 @@ mod tests {
     fn patches() {
         let s = settings(false);
         assert_eq!(
-            s.own_patch(Role::Leader { token: 7 }, Some("42")),
+            s.own_patch(Role::Leader { token: 7 }, Some("42"), "T1"),
             json!({"metadata": {
                 "labels": {"redlock-elector/lease": "my-app", "redlock-elector/role": "leader"},
+                "annotations": {"redlock-elector/role-updated-at": "T1"},
                 "resourceVersion": "42",
             }})
         );
         assert_eq!(
-            s.own_patch(Role::Follower, None),
+            s.own_patch(Role::Follower, None, "T2"),
             json!({"metadata": {
                 "labels": {"redlock-elector/lease": "my-app", "redlock-elector/role": "follower"},
+                "annotations": {"redlock-elector/role-updated-at": "T2"},
             }})
         );
         assert_eq!(
@@ -747,9 +762,9 @@ mod tests {
     #[test]
     fn token_annotation_is_set_while_leader_and_removed_after() {
         let s = settings(true);
-        let lead = s.own_patch(Role::Leader { token: 7 }, None);
+        let lead = s.own_patch(Role::Leader { token: 7 }, None, "T");
         assert_eq!(lead["metadata"]["annotations"][TOKEN_ANNOTATION], "7");
-        let follow = s.own_patch(Role::Follower, None);
+        let follow = s.own_patch(Role::Follower, None, "T");
         // JSON merge patch: null deletes the key.
         assert!(follow["metadata"]["annotations"][TOKEN_ANNOTATION].is_null());
         assert!(

@@ -419,6 +419,21 @@ fn api_server_outage_during_failover_does_not_affect_the_election_and_labels_con
     assert_never_two_leaders(&fake);
     wait_event(&fake, &second, "BecameLeader", "became leader");
     report_rbac(&fake);
+
+    // The leader shuts down while the API server is down: it cannot demote its label, and
+    // still exits within the bound.
+    fake.down();
+    let li = sidecars.iter().position(|s| s.identity == second).unwrap();
+    let (code, took) = sidecars[li].terminate();
+    assert_eq!(code, Some(0));
+    assert!(
+        took < SHUTDOWN,
+        "leader SIGTERM exit with the API server down took {took:?}"
+    );
+    report(
+        "leader SIGTERM exit with the API server down, ms",
+        took.as_millis(),
+    );
 }
 
 #[test]
@@ -601,6 +616,64 @@ fn leader_demotes_its_own_label_at_its_deadline_while_renewals_hang() {
     report_rbac(&fake);
 }
 
+#[test]
+fn a_late_stale_patch_never_overwrites_a_newer_state() {
+    let fake = FakeApi::start();
+    let nodes = redis_cluster(3, TTL);
+    // No quorum at first: pod-a starts as a follower.
+    nodes[0].stop();
+    nodes[1].stop();
+    let sidecars = start_pods(&fake, &nodes, &["pod-a"], &[]);
+    let s = &sidecars[0];
+    converge(&fake, None, &["pod-a"], Duration::from_secs(10), &[s]);
+    // Its next patch (the promotion) reaches the server only after 3s.
+    fake.inject(
+        Fault::new(Action::Delay(Duration::from_secs(3)))
+            .method("PATCH")
+            .who("pod-a")
+            .times(1),
+    );
+    let mark = fake.seq();
+    nodes[0].cont();
+    nodes[1].cont();
+    wait_for(Duration::from_secs(5), Duration::from_millis(5), || {
+        s.leader().is_leader.then_some(())
+    })
+    .unwrap_or_else(|| panic!("pod-a leads once the nodes answer:\n{}", s.logs()));
+    // The term ends (no quorum for renewals) while the promotion is still travelling.
+    nodes[0].stop();
+    nodes[1].stop();
+    let late = wait_for(Duration::from_secs(6), Duration::from_millis(10), || {
+        fake.records()
+            .into_iter()
+            .find(|r| r.seq > mark && r.who == "pod-a" && r.role_set() == Some("leader"))
+    })
+    .expect("the delayed promotion reaches the server");
+    nodes[0].cont();
+    nodes[1].cont();
+    let recs = fake.records();
+    let demoted = recs
+        .iter()
+        .find(|r| r.seq > mark && r.who == "pod-a" && r.ok() && r.role_set() == Some("follower"))
+        .unwrap_or_else(|| panic!("a follower patch after the term ended: {recs:#?}"));
+    assert!(
+        demoted.seq < late.seq,
+        "the follower patch landed before the delayed promotion"
+    );
+    assert_eq!(
+        late.status, 409,
+        "the late promotion must be rejected, not applied: {late:?}"
+    );
+    assert_eq!(fake.label("pod-a", ROLE_KEY).as_deref(), Some("follower"));
+    assert!(
+        fake.history()
+            .iter()
+            .all(|h| h.roles["pod-a"].as_deref() != Some("leader")),
+        "pod-a was never labelled leader"
+    );
+    report_rbac(&fake);
+}
+
 /// The checker itself: it must reject what the Role does not grant.
 #[test]
 fn rbac_checker_rejects_what_the_role_does_not_grant() {
@@ -631,6 +704,32 @@ fn rbac_checker_rejects_what_the_role_does_not_grant() {
 /// The fake's own semantics, which the tests above rely on.
 #[test]
 fn fake_merge_patch_and_selectors() {
+    // A no-op patch keeps the resourceVersion, like the real API server.
+    let fake = FakeApi::start();
+    fake.add_pod("p", &[("a", "1")]);
+    let rv = fake.pod("p")["metadata"]["resourceVersion"].clone();
+    let patch = |body: &str| {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", fake.port())).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let req = format!(
+            "PATCH /api/v1/namespaces/{NS}/pods/p HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Content-Type: application/merge-patch+json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        c.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(patch(r#"{"metadata":{"labels":{"a":"1"}}}"#).starts_with("HTTP/1.1 200"));
+    assert_eq!(fake.pod("p")["metadata"]["resourceVersion"], rv);
+    assert!(patch(r#"{"metadata":{"labels":{"a":"2"}}}"#).starts_with("HTTP/1.1 200"));
+    assert_ne!(fake.pod("p")["metadata"]["resourceVersion"], rv);
+    let stale = format!(r#"{{"metadata":{{"resourceVersion":{rv},"labels":{{"a":"3"}}}}}}"#);
+    assert!(patch(&stale).starts_with("HTTP/1.1 409"));
+    assert_eq!(fake.label("p", "a").as_deref(), Some("2"));
+
     let mut pod = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "annotations": {"x": "y"}}});
     merge_patch(
         &mut pod,

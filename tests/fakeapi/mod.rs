@@ -4,7 +4,8 @@
 //!
 //! - pods: GET one, LIST with a `labelSelector` (`k=v`, `k==v`, `k!=v`, `k`, `!k`), PATCH with
 //!   JSON merge patch semantics (RFC 7386; content type checked; a `metadata.resourceVersion` in
-//!   the patch is a precondition, 409 on mismatch, as the real server does);
+//!   the patch is a precondition, 409 on mismatch, and a patch that changes nothing keeps the
+//!   `resourceVersion`, as the real server does);
 //! - events: POST (core/v1 and events.k8s.io/v1), 409 on a duplicate name;
 //! - records every request (who: the bearer token, method, path, query, body, status, order)
 //!   and every state of the role labels after each change;
@@ -443,6 +444,10 @@ fn serve_conn(inner: Arc<Inner>, stream: TcpStream) {
         if !inner.up.load(Ordering::SeqCst) {
             return;
         }
+        let close = req
+            .headers
+            .get("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("close"));
         let (status, body) = handle(&inner, req);
         if !inner.up.load(Ordering::SeqCst) {
             // Went down while handling: the answer is lost, as with a real outage.
@@ -463,7 +468,8 @@ fn serve_conn(inner: Arc<Inner>, stream: TcpStream) {
             "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
             text.len()
         );
-        if writer.write_all(resp.as_bytes()).is_err() {
+        if writer.write_all(resp.as_bytes()).is_err() || close {
+            let _ = writer.shutdown(Shutdown::Both);
             return;
         }
     }
@@ -700,8 +706,16 @@ fn route(
                         ),
                     );
                 }
-                let mut next = pod;
+                let mut next = pod.clone();
                 merge_patch(&mut next, patch);
+                next["metadata"]["resourceVersion"] = pod["metadata"]["resourceVersion"].clone();
+                next["metadata"]["name"] = json!(name);
+                next["metadata"]["uid"] = json!(format!("uid-{name}"));
+                if next == pod {
+                    // Like the real API server: a no-op patch writes nothing and keeps the
+                    // resourceVersion.
+                    return (200, pod);
+                }
                 st.resource_version += 1;
                 next["metadata"]["resourceVersion"] = json!(st.resource_version.to_string());
                 next["metadata"]["name"] = json!(name);
