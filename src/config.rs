@@ -791,9 +791,7 @@ pub fn parse_endpoint(field: &str, s: &str) -> Result<Endpoint, ConfigError> {
             )
         })?
     };
-    let username = Some(u.username())
-        .filter(|x| !x.is_empty())
-        .map(decode);
+    let username = Some(u.username()).filter(|x| !x.is_empty()).map(decode);
     let password = u.password().map(|p| Secret(decode(p)));
     let name = if host.contains(':') {
         format!("[{host}]:{port}")
