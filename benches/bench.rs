@@ -9,7 +9,8 @@
 //! Sections: `acquire`, `handover`, `failover`, `load`, `fanout`, `footprint`, `binary`.
 //! `--quick` runs few iterations (CI); figures are printed, nothing ever fails on timing. The
 //! process exits non-zero only when the benchmark itself breaks (a sidecar that never leads, a
-//! missing `redis-server`). See docs/performance.md.
+//! missing `redis-server`). Run by `cargo test --all-targets` (a debug build, no arguments) it
+//! does nothing. See docs/performance.md.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -35,27 +36,34 @@ struct Opts {
 }
 
 impl Opts {
-    fn parse() -> Opts {
+    /// `None` when started without `--bench` and without any option of ours: that is
+    /// `cargo test --all-targets`, which builds bench targets in the test profile and runs them
+    /// with no arguments. A benchmark in a debug build measures nothing; it is skipped.
+    fn parse() -> Option<Opts> {
         let mut o = Opts {
             quick: false,
             json: false,
             only: None,
         };
+        let mut asked = false;
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
             match a.as_str() {
                 "--quick" => o.quick = true,
                 "--json" => o.json = true,
+                "--full" => {}
                 "--only" => {
                     o.only = args
                         .next()
                         .map(|s| s.split(',').map(str::to_string).collect())
                 }
-                // `cargo bench` passes `--bench`; anything else is ignored too.
-                _ => {}
+                // `cargo bench` passes `--bench`.
+                "--bench" => {}
+                _ => continue,
             }
+            asked = true;
         }
-        o
+        asked.then_some(o)
     }
 
     fn wants(&self, section: &str) -> bool {
@@ -1654,7 +1662,12 @@ fn bench_binary(rep: &mut Report) {
 // ---------------------------------------------------------------------------------------------
 
 fn main() {
-    let o = Opts::parse();
+    let Some(o) = Opts::parse() else {
+        eprintln!(
+            "benches/bench.rs: not run under `cargo test`; use `cargo bench --bench bench` or ./scripts/bench.sh"
+        );
+        return;
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
