@@ -176,16 +176,24 @@ impl Redlock {
     async fn acquire_inner(&self, identity: &str) -> Acquire {
         let value = new_value(identity);
         let ttl_ms = self.ttl.as_millis().to_string();
+        // Optimistic fencing token: one above every epoch this process has seen. Each granting
+        // node stores it (set-if-greater) together with the key.
+        let proposed = self.epoch_seen.load(Ordering::SeqCst) + 1;
+        let proposed_arg = proposed.to_string();
         let acquire = &scripts()[0];
         let t1 = Instant::now();
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .map(|n| {
-                let (value, ttl_ms) = (&value, &ttl_ms);
+                let (value, ttl_ms, proposed) = (&value, &ttl_ms, &proposed_arg);
                 async move {
                     let r = n
-                        .eval(acquire, &[&self.key, &self.epoch_key], &[value, ttl_ms])
+                        .eval(
+                            acquire,
+                            &[&self.key, &self.epoch_key],
+                            &[value, ttl_ms, proposed],
+                        )
                         .await;
                     (n, parse_acquire(r))
                 }
@@ -235,7 +243,13 @@ impl Redlock {
                 token,
                 deadline: t1 + self.ttl - self.drift,
             };
-            // The token must be on a quorum before this term may act: the first renewal writes it.
+            // The token must be on a quorum before this term may act. When every epoch seen in
+            // this round was below the proposal, the token *is* the proposal, which each
+            // granting node stored atomically with its key: it is on a quorum already.
+            if token == proposed {
+                return Acquire::Acquired(lease);
+            }
+            // Otherwise (this process was behind), the first renewal writes the token.
             match self.renew(&lease).await {
                 Some(deadline) => {
                     lease.deadline = lease.deadline.max(deadline);

@@ -23,13 +23,19 @@ impl Script {
     }
 }
 
-/// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch. ARGV: value, ttl_ms.
-/// Granted → `{1, epoch}` (the node's fencing epoch, 0 if none).
+/// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch. ARGV: value, ttl_ms, proposed token.
+/// Granted → the proposed token is written set-if-greater in the same atomic step, and
+/// `{1, epoch}` returns the node's fencing epoch *before* that write (0 if none). When no
+/// granting node had an epoch at or above the proposal, the proposal is the term's token and is
+/// already on a quorum: acquisition takes one round, not two.
 /// Denied → `{0, holder_value, pttl_ms, epoch}` so followers learn the holder, when it may
 /// expire, and the current term's token (remembered for their own next token).
 pub const ACQUIRE: &str = r#"
 local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if tonumber(ARGV[3]) > e then
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
   return {1, e}
 end
 return {0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), e}
