@@ -47,6 +47,7 @@ kubernetes:
     leader: {{ $c.kubernetes.label.leader | quote }}
     follower: {{ $c.kubernetes.label.follower | quote }}
   events: {{ $c.kubernetes.events }}
+  fencingTokenAnnotation: {{ $c.kubernetes.fencingTokenAnnotation }}
 log:
   format: {{ $c.log.format }}
   level: {{ $c.log.level }}
