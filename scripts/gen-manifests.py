@@ -51,8 +51,20 @@ def clean(obj: dict) -> dict:
     return obj
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the ConfigMap's config.yaml) as readable literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
 def dump(objs: list[dict]) -> str:
-    return HEADER + "".join("---\n" + yaml.safe_dump(o, sort_keys=False) for o in objs)
+    return HEADER + "".join("---\n" + yaml.dump(o, Dumper=_Dumper, sort_keys=False) for o in objs)
 
 
 def main() -> int:

@@ -112,9 +112,11 @@ Output: a YAML list.
 {{- $eps := .values.config.redis.endpoints -}}
 {{- if and (not $eps) .values.redis.enabled -}}
 {{- $name := include "redlock-elector.redisName" . -}}
-{{- range $i, $_ := until (int .values.redis.instances) }}
-- {{ printf "redis://%s-%d.%s:6379" $name $i $name }}
-{{- end }}
+{{- $list := list -}}
+{{- range $i, $_ := until (int .values.redis.instances) -}}
+{{- $list = append $list (printf "redis://%s-%d.%s:6379" $name $i $name) -}}
+{{- end -}}
+{{- toYaml $list -}}
 {{- else if $eps }}
 {{- toYaml $eps }}
 {{- else -}}
