@@ -717,7 +717,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 (vec![], vec![], vec![], vec![], vec![]);
             for i in 0..iters + iters / 10 {
                 let warm = i < iters / 10;
-                // Ours: acquire (SET NX round + fencing-token write-back round), then release.
+                // Ours: acquire (one SET NX round that also stores the fencing token), then release.
                 let t0 = Instant::now();
                 let lease = match redlock.acquire("bench").await {
                     Acquire::Acquired(l) => l,
@@ -740,7 +740,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                     theirs.push(ms(t3 - t2));
                 }
             }
-            // One renew round alone: the cost of the fencing write-back round inside acquire.
+            // One renew round alone, for reference: the cost of one script round on every node.
             if let Acquire::Acquired(lease) = redlock.acquire("bench").await {
                 for _ in 0..iters / 2 {
                     let t = Instant::now();
@@ -764,7 +764,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
             format!("{label}: ours acquire+release p50"),
             o50,
             "ms",
-            "acquire = SET NX round + fencing write-back round",
+            "acquire = one SET NX round storing the fencing token (a second round only when behind)",
         );
         rep.info(
             s,
@@ -791,13 +791,6 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 fmt_val(pct(&rel, 0.5)),
                 fmt_val(pct(&ren, 0.5))
             ),
-        );
-        rep.info(
-            s,
-            format!("{label}: ours without the fencing round p50 (estimate)"),
-            o50 - pct(&ren, 0.5),
-            "ms",
-            "acquire+release p50 minus one renew-round p50: the same two rounds rslock does",
         );
         if label == "5 nodes" {
             rep.target(
