@@ -250,3 +250,34 @@ fn sigterm_exits_within_bound_when_redis_does_not_answer() {
         "exit within 2×timeout + 1s: {took:?}"
     );
 }
+
+#[test]
+fn first_term_on_fresh_nodes_gets_token_one_despite_attempts_during_quarantine() {
+    // Start the sidecar at once: for ttl + 1 s every node is quarantined and each attempt fails.
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let s = Sidecar::start("a", &refs, &opts());
+    let v = wait_for(Duration::from_secs(6), Duration::from_millis(10), || {
+        Some(s.leader()).filter(|v| v.is_leader)
+    })
+    .unwrap_or_else(|| panic!("no leadership after the quarantine:\n{}", s.logs()));
+    let (_, metrics) = http("GET", s.ops_port, "/metrics").unwrap();
+    let failed: u64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("redlock_elector_acquire_attempts_total") && !l.contains("acquired")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        failed >= 2,
+        "attempts failed during the quarantine: {failed}"
+    );
+    // Quarantined nodes are not asked to store the proposed token, so failed attempts do not
+    // inflate the epoch.
+    assert_eq!(
+        v.fencing_token,
+        Some(1),
+        "after {failed} failed attempts: {v:?}"
+    );
+}

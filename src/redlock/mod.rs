@@ -186,7 +186,13 @@ impl Redlock {
             .nodes
             .iter()
             .map(|n| {
-                let (value, ttl_ms, proposed) = (&value, &ttl_ms, &proposed_arg);
+                // A node that cannot count (quarantined) gets no proposal to store: its vote is
+                // not needed for the token, and failed attempts during a quarantine would
+                // otherwise raise the epoch once per retry. Its yes is then never counted, even
+                // if the quarantine ends before it answers.
+                let eligible = n.counts(t1);
+                let proposed = if eligible { proposed_arg.as_str() } else { "0" };
+                let (value, ttl_ms) = (&value, &ttl_ms);
                 async move {
                     let r = n
                         .eval(
@@ -195,7 +201,7 @@ impl Redlock {
                             &[value, ttl_ms, proposed],
                         )
                         .await;
-                    (n, parse_acquire(r))
+                    (n, eligible, parse_acquire(r))
                 }
             })
             .collect();
@@ -203,12 +209,12 @@ impl Redlock {
         let mut epochs = Vec::new();
         let mut denials: Vec<(String, Option<Duration>)> = Vec::new();
         let mut answered = 0;
-        while let Some((node, vote)) = pending.next().await {
+        while let Some((node, eligible, vote)) = pending.next().await {
             match vote {
                 Vote::Yes { epoch } => {
                     answered += 1;
                     epochs.push(epoch);
-                    if node.counts(Instant::now()) {
+                    if eligible && node.counts(Instant::now()) {
                         tally.yes += 1;
                     } else {
                         tally.not_yes += 1;
@@ -266,7 +272,7 @@ impl Redlock {
         // early, but telling "someone else holds a quorum" from "no quorum anywhere" needs them.
         let drain = async {
             let mut votes = Vec::new();
-            while let Some((_, vote)) = pending.next().await {
+            while let Some((_, _, vote)) = pending.next().await {
                 votes.push(vote);
             }
             votes

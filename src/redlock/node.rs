@@ -395,7 +395,14 @@ impl Node {
                 Some(_) => {}
             }
         }
-        if exclusion != h.exclusion {
+        // Log changes of kind, not every refresh of a running quarantine's end.
+        let changed = match (&h.exclusion, &exclusion) {
+            (Some(Exclusion::Restarted { .. }), Some(Exclusion::Restarted { .. })) => {
+                h.run_id.as_deref().is_some_and(|r| r != info.run_id)
+            }
+            (old, new) => old != new,
+        };
+        if changed {
             match &exclusion {
                 Some(Exclusion::Restarted { until }) => tracing::warn!(
                     endpoint = %self.endpoint.name,
@@ -411,7 +418,10 @@ impl Node {
                     policy = %p,
                     "redis node's maxmemory-policy can evict lock keys; it never counts toward a quorum (use noeviction)"
                 ),
-                None => {}
+                None => tracing::info!(
+                    endpoint = %self.endpoint.name,
+                    "redis node counts toward a quorum again"
+                ),
             }
         }
         h.exclusion = exclusion;
