@@ -10,20 +10,20 @@
 //! `--quick` runs few iterations (CI); figures are printed, nothing ever fails on timing. The
 //! process exits non-zero only when the benchmark itself breaks (a sidecar that never leads, a
 //! missing `redis-server`). Run by `cargo test --all-targets` (a debug build, no arguments) it
-//! does nothing. See docs/performance.md.
+//! does nothing. See the README (Performance) and docs/performance.md.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use redlock_elector::config::{self, ProcessEnv};
 use redlock_elector::metrics::Metrics;
 use redlock_elector::redlock::{Acquire, Redlock};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 // ---------------------------------------------------------------------------------------------
@@ -222,130 +222,64 @@ fn ms_between(a: Instant, b: Instant) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Processes (after tests/common/mod.rs)
+// Processes: the integration tests' harness (real redis-server, the real binary)
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{Opts as SidecarOpts, Redis, Sidecar, View, binary, http};
+
+/// Start the real sidecar with the binary's own defaults (ttl 10s, retryEvery 1s, timeout 50ms);
+/// `extra` flags come last and win.
+fn sidecar(identity: &str, lease: &str, nodes: &[&Redis], extra: &[&str]) -> Sidecar {
+    let opts = SidecarOpts {
+        lease: lease.to_string(),
+        ttl: "10s",
+        retry_every: "1s",
+        timeout: "50ms",
+        extra: extra.iter().map(|s| s.to_string()).collect(),
+        env: vec![],
+    };
+    Sidecar::start(identity, nodes, &opts)
 }
 
-fn redis_server_bin() -> PathBuf {
-    for dir in std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .chain(["/usr/bin", "/usr/sbin"])
-    {
-        let p = PathBuf::from(dir).join("redis-server");
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!(
-        "redis-server not found on PATH: install it with `apt-get install -y redis-server` (scripts/bench.sh does)"
-    );
+fn wait_for<T>(timeout: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+    common::wait_for(timeout, Duration::from_millis(5), f)
 }
 
-/// One `redis-server` without persistence.
-struct Redis {
-    port: u16,
-    child: Child,
-    started: Instant,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let dir = tempfile::Builder::new()
-            .prefix("redlock-elector-bench")
-            .tempdir()
-            .expect("tempdir");
-        let port = free_port();
-        let child = Command::new(redis_server_bin())
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(["--dir", dir.path().to_str().expect("utf-8 tempdir")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let started = Instant::now();
-        let r = Redis {
-            port,
-            child,
-            started,
-            _dir: dir,
+/// From `INFO commandstats`: (commands clients sent, all commands including those run inside
+/// scripts). Client commands are the ones a sidecar sends at top level.
+fn command_counts(node: &Redis) -> (u64, u64) {
+    const TOP_LEVEL: &[&str] = &[
+        "evalsha",
+        "eval",
+        "info",
+        "script",
+        "subscribe",
+        "unsubscribe",
+        "ping",
+        "client",
+        "hello",
+        "select",
+        "auth",
+    ];
+    let text = node.cli(&["INFO", "commandstats"]).unwrap_or_default();
+    let (mut top, mut all) = (0, 0);
+    for l in text.lines() {
+        let Some((name, rest)) = l.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+            continue;
         };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while r.cmd(&["PING"]).as_deref() != Some("PONG") {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on {port} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
+        let calls: u64 = rest
+            .split(',')
+            .find_map(|f| f.strip_prefix("calls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        all += calls;
+        if TOP_LEVEL.contains(&name) {
+            top += calls;
         }
-        r
     }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn cmd(&self, args: &[&str]) -> Option<String> {
-        resp_command(self.port, args)
-    }
-
-    /// From `INFO commandstats`: (commands clients sent, all commands including those run inside
-    /// scripts). Client commands are the ones a sidecar sends at top level.
-    fn command_counts(&self) -> (u64, u64) {
-        const TOP_LEVEL: &[&str] = &[
-            "evalsha",
-            "eval",
-            "info",
-            "script",
-            "subscribe",
-            "unsubscribe",
-            "ping",
-            "client",
-            "hello",
-            "select",
-            "auth",
-        ];
-        let text = self.cmd(&["INFO", "commandstats"]).unwrap_or_default();
-        let (mut top, mut all) = (0, 0);
-        for l in text.lines() {
-            let Some((name, rest)) = l.strip_prefix("cmdstat_").and_then(|l| l.split_once(':'))
-            else {
-                continue;
-            };
-            let calls: u64 = rest
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            all += calls;
-            if TOP_LEVEL.contains(&name) {
-                top += calls;
-            }
-        }
-        (top, all)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    (top, all)
 }
 
 /// Sleep until every node is out of the start-up quarantine for `ttl` (uptime ≥ ttl + 1 s, and
@@ -362,173 +296,6 @@ fn wait_quarantine(nodes: &[&Redis], ttl: Duration) {
             );
             std::thread::sleep(until - now);
         }
-    }
-}
-
-/// Minimal RESP client: one command per connection.
-fn resp_command(port: u16, args: &[&str]) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
-    }
-    s.write_all(req.as_bytes()).ok()?;
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    r.read_line(&mut line).ok()?;
-    let line = line.trim_end().to_string();
-    match line.chars().next()? {
-        '+' | '-' | ':' => Some(line[1..].to_string()),
-        '$' => {
-            let n: i64 = line[1..].parse().ok()?;
-            if n < 0 {
-                return Some(String::new());
-            }
-            let mut buf = vec![0; n as usize + 2];
-            r.read_exact(&mut buf).ok()?;
-            buf.truncate(n as usize);
-            Some(String::from_utf8_lossy(&buf).into_owned())
-        }
-        _ => Some(line),
-    }
-}
-
-/// The answer of `GET /leader`.
-#[derive(Debug, Clone, Deserialize)]
-struct View {
-    identity: String,
-    is_leader: bool,
-    leader: Option<String>,
-    version: u64,
-}
-
-fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_redlock-elector")
-}
-
-/// The real sidecar binary.
-struct Sidecar {
-    identity: String,
-    api_port: u16,
-    child: Option<Child>,
-    _dir: tempfile::TempDir,
-}
-
-impl Sidecar {
-    fn start(identity: &str, lease: &str, nodes: &[&Redis], extra: &[&str]) -> Sidecar {
-        let dir = tempfile::Builder::new()
-            .prefix("redlock-elector-bench")
-            .tempdir()
-            .expect("tempdir");
-        let log = std::fs::File::create(dir.path().join("sidecar.log")).expect("log file");
-        let api_port = free_port();
-        let ops_port = free_port();
-        let mut cmd = Command::new(binary());
-        cmd.args(["--identity", identity, "--lease", lease])
-            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
-            .args(["--ops-listen", &format!("127.0.0.1:{ops_port}")])
-            .args(["--log-format", "json", "--kubernetes", "false"]);
-        for n in nodes {
-            cmd.args(["--redis", &n.url()]);
-        }
-        cmd.args(extra).env_remove("KUBERNETES_SERVICE_HOST");
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn redlock-elector");
-        let s = Sidecar {
-            identity: identity.to_string(),
-            api_port,
-            child: Some(child),
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while s.view().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "sidecar {identity} did not start serving"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        s
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    fn view(&self) -> Option<View> {
-        let (status, body) = http("GET", self.api_port, "/leader")?;
-        (status == 200)
-            .then(|| serde_json::from_str(&body).ok())
-            .flatten()
-    }
-
-    fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([&format!("-{sig}"), &self.pid().to_string()])
-            .status();
-    }
-
-    /// SIGKILL and reap.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Wait for the exit after a signal (bounded), then make sure it is gone.
-    fn reap(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// One HTTP/1.1 request per connection. Returns (status, body).
-fn http(method: &str, port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.set_nodelay(true).ok()?;
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body.to_string()))
-}
-
-fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -854,7 +621,7 @@ impl Trio {
     fn spawn(&mut self, rt: &tokio::runtime::Runtime, nodes: &[&Redis]) {
         self.started += 1;
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-        let s = Sidecar::start(
+        let s = sidecar(
             &format!("{}-{}", self.lease, self.started),
             &self.lease,
             nodes,
@@ -1041,7 +808,7 @@ fn bench_failover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
             .iter()
             .filter_map(|n| {
                 let at = Instant::now();
-                let pttl: i64 = n.cmd(&["PTTL", &key])?.parse().ok()?;
+                let pttl: i64 = n.cli(&["PTTL", &key])?.parse().ok()?;
                 (pttl >= 0).then(|| at + Duration::from_millis(pttl as u64))
             })
             .collect();
@@ -1116,9 +883,11 @@ fn rand_ms(lo: u64, hi: u64) -> u64 {
 
 fn bench_load(o: &Opts, rep: &mut Report, nodes: &[&Redis], rt: &tokio::runtime::Runtime) {
     eprintln!("== /leader under load: closed-loop sweep over keep-alive connections");
-    let s = Sidecar::start("load-a", "bench-load", nodes, &["--ttl", "1s"]);
-    wait_for(Duration::from_secs(10), || s.view().filter(|v| v.is_leader))
-        .expect("the load sidecar leads");
+    let s = sidecar("load-a", "bench-load", nodes, &["--ttl", "1s"]);
+    wait_for(Duration::from_secs(10), || {
+        s.try_leader().filter(|v| v.is_leader)
+    })
+    .expect("the load sidecar leads");
     let secs = o.n(5, 1);
     let url = format!("http://127.0.0.1:{}/leader", s.api_port);
     let sec = "load";
@@ -1316,10 +1085,12 @@ fn bench_fanout(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes:
     eprintln!("== fan-out: {watchers} SSE watchers, then {watchers} long-polls, on one sidecar");
     let lease = "bench-fanout";
     let extra = ["--ttl", "1s", "--retry-every", "1s"];
-    let w = Sidecar::start("fanout-w", lease, nodes, &extra);
-    wait_for(Duration::from_secs(10), || w.view().filter(|v| v.is_leader))
-        .expect("the watched sidecar leads");
-    let x = Sidecar::start("fanout-x", lease, nodes, &extra);
+    let w = sidecar("fanout-w", lease, nodes, &extra);
+    wait_for(Duration::from_secs(10), || {
+        w.try_leader().filter(|v| v.is_leader)
+    })
+    .expect("the watched sidecar leads");
+    let x = sidecar("fanout-x", lease, nodes, &extra);
     // The change: W steps down (it publishes "not leader" before it releases). Afterwards the
     // lease goes back to W: its cool-down (one ttl) must pass, then X steps down.
     let change = || {
@@ -1332,11 +1103,15 @@ fn bench_fanout(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes:
     };
     let back_to_w = || {
         std::thread::sleep(Duration::from_millis(1100));
-        wait_for(Duration::from_secs(10), || x.view().filter(|v| v.is_leader))
-            .expect("the other sidecar leads");
+        wait_for(Duration::from_secs(10), || {
+            x.try_leader().filter(|v| v.is_leader)
+        })
+        .expect("the other sidecar leads");
         let _ = http("POST", x.api_port, "/leader/step-down");
-        wait_for(Duration::from_secs(10), || w.view().filter(|v| v.is_leader))
-            .expect("the watched sidecar leads again")
+        wait_for(Duration::from_secs(10), || {
+            w.try_leader().filter(|v| v.is_leader)
+        })
+        .expect("the watched sidecar leads again")
     };
     let rounds = o.n(5, 2);
 
@@ -1402,7 +1177,7 @@ fn bench_fanout(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes:
 
     let mut lp_all = vec![];
     for _ in 0..rounds {
-        let Some(v0) = w.view().filter(|v| v.is_leader) else {
+        let Some(v0) = w.try_leader().filter(|v| v.is_leader) else {
             panic!("the watched sidecar does not lead");
         };
         let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1522,13 +1297,13 @@ fn clock_ticks() -> f64 {
 /// Over `window`: (CPU % of one core, RSS MiB at the end, Redis client commands/s and all
 /// commands/s including those inside scripts, summed over `nodes`).
 fn observe(pid: u32, nodes: &[&Redis], window: Duration) -> (f64, f64, f64, f64) {
-    let c0: Vec<(u64, u64)> = nodes.iter().map(|n| n.command_counts()).collect();
+    let c0: Vec<(u64, u64)> = nodes.iter().map(|n| command_counts(n)).collect();
     let t0 = Instant::now();
     let k0 = cpu_ticks(pid).unwrap_or(0);
     std::thread::sleep(window);
     let k1 = cpu_ticks(pid).unwrap_or(0);
     let el = t0.elapsed().as_secs_f64();
-    let c1: Vec<(u64, u64)> = nodes.iter().map(|n| n.command_counts()).collect();
+    let c1: Vec<(u64, u64)> = nodes.iter().map(|n| command_counts(n)).collect();
     // Our own INFO at the start is counted in the delta: subtract it.
     let delta = |f: fn(&(u64, u64)) -> u64| -> f64 {
         c0.iter()
@@ -1554,14 +1329,17 @@ fn bench_footprint(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
     );
     wait_quarantine(nodes, Duration::from_secs(10));
     let lease = "bench-idle";
-    let a = Sidecar::start("idle-a", lease, nodes, &[]);
-    wait_for(Duration::from_secs(15), || a.view().filter(|v| v.is_leader))
-        .expect("the idle sidecar leads");
+    let a = sidecar("idle-a", lease, nodes, &[]);
+    wait_for(Duration::from_secs(15), || {
+        a.try_leader().filter(|v| v.is_leader)
+    })
+    .expect("the idle sidecar leads");
     std::thread::sleep(Duration::from_millis(500));
     let (lcpu, lrss, lcmd, lops) = observe(a.pid(), nodes, window);
-    let b = Sidecar::start("idle-b", lease, nodes, &[]);
+    let b = sidecar("idle-b", lease, nodes, &[]);
     wait_for(Duration::from_secs(15), || {
-        b.view().filter(|v| v.leader.as_deref() == Some("idle-a"))
+        b.try_leader()
+            .filter(|v| v.leader.as_deref() == Some("idle-a"))
     })
     .expect("the follower sees the leader");
     std::thread::sleep(Duration::from_secs(2));

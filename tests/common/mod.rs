@@ -70,6 +70,8 @@ pub fn tempdir() -> tempfile::TempDir {
 /// One `redis-server` process without persistence.
 pub struct Redis {
     pub port: u16,
+    /// When the current process started (its start-up quarantine runs from here).
+    pub started: Instant,
     child: Option<Child>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
@@ -85,6 +87,7 @@ impl Redis {
     pub fn start_with(extra: &[&str]) -> Redis {
         let mut r = Redis {
             port: free_port(),
+            started: Instant::now(),
             child: None,
             dir: tempdir(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
@@ -112,6 +115,7 @@ impl Redis {
             .spawn()
             .expect("spawn redis-server");
         self.child = Some(child);
+        self.started = Instant::now();
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.cli(&["PING"]).as_deref() != Some("PONG") {
             assert!(
@@ -344,6 +348,21 @@ impl Sidecar {
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Wait (up to 10 s) for the exit after a signal sent elsewhere, then make sure it is gone.
+    pub fn reap(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
