@@ -118,6 +118,42 @@ enum Vote {
     Unknown,
 }
 
+/// What the replies of one acquire round say, beyond the tally: which nodes answered, the epochs
+/// they reported, and who holds the key where we were denied.
+#[derive(Default)]
+struct Replies {
+    /// Nodes that answered (granted or denied).
+    answered: usize,
+    /// Epochs reported by every answer.
+    epochs: Vec<u64>,
+    /// (holder value, remaining lifetime) of every denial.
+    denials: Vec<(String, Option<Duration>)>,
+}
+
+impl Replies {
+    /// Record a reply; true iff the node granted.
+    fn record(&mut self, vote: Vote) -> bool {
+        match vote {
+            Vote::Yes { epoch } => {
+                self.answered += 1;
+                self.epochs.push(epoch);
+                true
+            }
+            Vote::No {
+                holder,
+                pttl,
+                epoch,
+            } => {
+                self.answered += 1;
+                self.epochs.push(epoch);
+                self.denials.push((holder, pttl));
+                false
+            }
+            Vote::Unknown => false,
+        }
+    }
+}
+
 impl Redlock {
     /// Build the node set from config (no I/O).
     pub fn new(config: &Config, metrics: Metrics) -> Result<Self, redis::RedisError> {
@@ -206,31 +242,12 @@ impl Redlock {
             })
             .collect();
         let mut tally = Tally::new(self.nodes.len());
-        let mut epochs = Vec::new();
-        let mut denials: Vec<(String, Option<Duration>)> = Vec::new();
-        let mut answered = 0;
+        let mut replies = Replies::default();
         while let Some((node, eligible, vote)) = pending.next().await {
-            match vote {
-                Vote::Yes { epoch } => {
-                    answered += 1;
-                    epochs.push(epoch);
-                    if eligible && node.counts(Instant::now()) {
-                        tally.yes += 1;
-                    } else {
-                        tally.not_yes += 1;
-                    }
-                }
-                Vote::No {
-                    holder,
-                    pttl,
-                    epoch,
-                } => {
-                    answered += 1;
-                    epochs.push(epoch);
-                    tally.not_yes += 1;
-                    denials.push((holder, pttl));
-                }
-                Vote::Unknown => tally.not_yes += 1,
+            if replies.record(vote) && eligible && node.counts(Instant::now()) {
+                tally.yes += 1;
+            } else {
+                tally.not_yes += 1;
             }
             if tally.decided().is_some() {
                 break;
@@ -241,7 +258,7 @@ impl Redlock {
         if tally.decided() == Some(true) && valid.is_some() {
             // Stragglers' commands were sent; their replies no longer matter.
             drop(pending);
-            let seen = epochs.iter().copied().max().unwrap_or(0);
+            let seen = replies.epochs.iter().copied().max().unwrap_or(0);
             let token = seen.max(self.epoch_seen.load(Ordering::SeqCst)) + 1;
             self.epoch_seen.fetch_max(token, Ordering::SeqCst);
             let mut lease = Lease {
@@ -279,32 +296,17 @@ impl Redlock {
         };
         let (_, stragglers) = tokio::join!(self.release(&value, false), drain);
         for vote in stragglers {
-            match vote {
-                Vote::Yes { epoch } => {
-                    answered += 1;
-                    epochs.push(epoch);
-                }
-                Vote::No {
-                    holder,
-                    pttl,
-                    epoch,
-                } => {
-                    answered += 1;
-                    epochs.push(epoch);
-                    denials.push((holder, pttl));
-                }
-                Vote::Unknown => {}
-            }
+            replies.record(vote);
         }
-        if let Some(&e) = epochs.iter().max() {
+        if let Some(&e) = replies.epochs.iter().max() {
             self.epoch_seen.fetch_max(e, Ordering::SeqCst);
         }
-        if answered == 0 {
+        if replies.answered == 0 {
             return Acquire::Error;
         }
-        let observed = observe(self.nodes.len(), &denials);
+        let observed = observe(self.nodes.len(), &replies.denials);
         let mut by_holder: HashMap<&str, usize> = HashMap::new();
-        for (h, _) in &denials {
+        for (h, _) in &replies.denials {
             *by_holder.entry(h.as_str()).or_default() += 1;
         }
         if by_holder.values().any(|&c| c >= tally.quorum) {
