@@ -9,14 +9,6 @@ use common::*;
 
 const TTL: Duration = Duration::from_secs(1);
 
-fn opts() -> Opts {
-    Opts {
-        ttl: "1s",
-        retry_every: "200ms",
-        ..Opts::default()
-    }
-}
-
 fn leading(s: &Sidecar) -> View {
     wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
         Some(s.leader()).filter(|v| v.is_leader)
@@ -28,7 +20,7 @@ fn leading(s: &Sidecar) -> View {
 fn long_poll_returns_on_timeout_and_on_change() {
     let nodes = redis_cluster(3, TTL);
     let refs: Vec<&Redis> = nodes.iter().collect();
-    let a = Sidecar::start("a", &refs, &opts());
+    let a = Sidecar::start("a", &refs, &Opts::default());
     let v = leading(&a);
 
     // No change: returns after the wait with the same version.
@@ -136,9 +128,9 @@ impl Sse {
 fn sse_delivers_current_state_and_each_change_and_step_down_hands_over() {
     let nodes = redis_cluster(3, TTL);
     let refs: Vec<&Redis> = nodes.iter().collect();
-    let a = Sidecar::start("a", &refs, &opts());
+    let a = Sidecar::start("a", &refs, &Opts::default());
     leading(&a);
-    let b = Sidecar::start("b", &refs, &opts());
+    let b = Sidecar::start("b", &refs, &Opts::default());
     wait_for(Duration::from_secs(3), Duration::from_millis(10), || {
         (b.leader().leader.as_deref() == Some("a")).then_some(())
     })
@@ -192,7 +184,7 @@ fn sse_delivers_current_state_and_each_change_and_step_down_hands_over() {
 fn bad_parameters_are_400_unknown_paths_404() {
     let nodes = redis_cluster(1, TTL);
     let refs: Vec<&Redis> = nodes.iter().collect();
-    let a = Sidecar::start("a", &refs, &opts());
+    let a = Sidecar::start("a", &refs, &Opts::default());
     for q in [
         "/leader?wait=soon",
         "/leader?wait=1s&version=x",

@@ -9,19 +9,11 @@ use common::*;
 const TTL: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(200);
 
-fn opts() -> Opts {
-    Opts {
-        ttl: "1s",
-        retry_every: "200ms",
-        ..Opts::default()
-    }
-}
-
 #[test]
 fn one_sidecar_on_three_nodes_leads_and_owns_the_key() {
     let nodes = redis_cluster(3, TTL);
     let refs: Vec<&Redis> = nodes.iter().collect();
-    let s = Sidecar::start("pod-a", &refs, &opts());
+    let s = Sidecar::start("pod-a", &refs, &Opts::default());
     let v = wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
         s.leader().is_leader.then(|| s.leader())
     })
@@ -67,7 +59,7 @@ fn three_sidecars_on_five_nodes_elect_exactly_one() {
     let refs: Vec<&Redis> = nodes.iter().collect();
     let sidecars: Vec<Sidecar> = ["a", "b", "c"]
         .iter()
-        .map(|id| Sidecar::start(id, &refs, &opts()))
+        .map(|id| Sidecar::start(id, &refs, &Opts::default()))
         .collect();
     let all: Vec<&Sidecar> = sidecars.iter().collect();
     let leader = wait_for(Duration::from_secs(5), Duration::from_millis(20), || {
@@ -123,7 +115,7 @@ fn sigkill_failover_within_ttl_plus_retry() {
     let refs: Vec<&Redis> = nodes.iter().collect();
     let mut sidecars: Vec<Sidecar> = ["a", "b", "c"]
         .iter()
-        .map(|id| Sidecar::start(id, &refs, &opts()))
+        .map(|id| Sidecar::start(id, &refs, &Opts::default()))
         .collect();
     let mut figures = Vec::new();
     for round in 0..3 {
@@ -143,7 +135,11 @@ fn sigkill_failover_within_ttl_plus_retry() {
         });
         figures.push(took);
         // Replace the dead one so every round has 3 contenders.
-        sidecars.push(Sidecar::start(&format!("r{round}"), &refs, &opts()));
+        sidecars.push(Sidecar::start(
+            &format!("r{round}"),
+            &refs,
+            &Opts::default(),
+        ));
     }
     report(
         "SIGKILL failover (ttl 1s, retryEvery 200ms), ms",
@@ -256,7 +252,7 @@ fn first_term_on_fresh_nodes_gets_token_one_despite_attempts_during_quarantine()
     // Start the sidecar at once: for ttl + 1 s every node is quarantined and each attempt fails.
     let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
     let refs: Vec<&Redis> = nodes.iter().collect();
-    let s = Sidecar::start("a", &refs, &opts());
+    let s = Sidecar::start("a", &refs, &Opts::default());
     let v = wait_for(Duration::from_secs(6), Duration::from_millis(10), || {
         Some(s.leader()).filter(|v| v.is_leader)
     })

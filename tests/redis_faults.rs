@@ -8,20 +8,12 @@ use common::*;
 
 const TTL: Duration = Duration::from_secs(1);
 
-fn opts() -> Opts {
-    Opts {
-        ttl: "1s",
-        retry_every: "200ms",
-        ..Opts::default()
-    }
-}
-
 #[test]
 fn minority_down_keeps_leader_majority_down_steps_down_by_deadline_and_recovers() {
     let mut nodes = redis_cluster(5, TTL);
     let refs: Vec<&Redis> = nodes.iter().collect();
-    let a = Sidecar::start("a", &refs, &opts());
-    let b = Sidecar::start("b", &refs, &opts());
+    let a = Sidecar::start("a", &refs, &Opts::default());
+    let b = Sidecar::start("b", &refs, &Opts::default());
     let both = [&a, &b];
     let l = wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
         sole_leader(&both)
@@ -114,8 +106,8 @@ fn minority_down_keeps_leader_majority_down_steps_down_by_deadline_and_recovers(
 fn sigstop_longer_than_ttl_never_answers_leader_after_resume() {
     let nodes = redis_cluster(3, TTL);
     let refs: Vec<&Redis> = nodes.iter().collect();
-    let a = Sidecar::start("a", &refs, &opts());
-    let b = Sidecar::start("b", &refs, &opts());
+    let a = Sidecar::start("a", &refs, &Opts::default());
+    let b = Sidecar::start("b", &refs, &Opts::default());
     let both = [&a, &b];
     let l = wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
         sole_leader(&both)

@@ -205,7 +205,8 @@ pub fn resp_command(port: u16, args: &[&str]) -> Option<String> {
     }
 }
 
-/// Options for one sidecar.
+/// Options for one sidecar. The defaults (ttl 1s, retryEvery 200ms, timeout 50ms) are what
+/// most tests use.
 #[derive(Clone)]
 pub struct Opts {
     pub lease: String,
