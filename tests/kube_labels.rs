@@ -310,6 +310,7 @@ fn labels_follow_the_leader_through_sigkill_and_sigterm() {
         ) >= 1.0
     );
     report_rbac(&fake);
+    assert_every_granted_verb_used(&fake.records());
 }
 
 #[test]

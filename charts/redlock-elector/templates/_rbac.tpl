@@ -1,7 +1,7 @@
 {{/*
 RBAC for the sidecar: exactly what the binary uses, in its own namespace only.
 - pods get/list/patch: label its own pod, find and demote a stale leader of the same lease;
-- events create/patch, core and events.k8s.io: leadership Events (patch when aggregated).
+- events create (core/v1): one leadership Event per change (never aggregated, so no patch).
 tests/packaging/expected-rbac.yaml holds the same rules; the packaging tests compare them.
 Argument: the context dict.
 */}}
@@ -11,10 +11,7 @@ Argument: the context dict.
   verbs: ["get", "list", "patch"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end -}}
 
 {{- define "redlock-elector.serviceAccount" -}}
