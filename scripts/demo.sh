@@ -28,17 +28,21 @@ trap cleanup EXIT
 trap 'echo; echo "interrupted"; exit 130' INT TERM
 
 # A port nobody listens on (bash only: a fresh machine may lack python).
+# Never the same port twice (the caller runs in this shell, so the set persists).
+declare -A HANDED_OUT
+PORT=0
 free_port() {
   local p
   while :; do
-    p=$(( 20000 + RANDOM % 30000 ))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+    p=$(( 20000 + RANDOM % 12000 ))
+    [[ -n "${HANDED_OUT[$p]:-}" ]] && continue
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then HANDED_OUT[$p]=1; PORT=$p; return; fi
   done
 }
 
 REDIS_URLS=()
 for i in 1 2 3; do
-  port=$(free_port)
+  free_port; port=$PORT
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
     >"$WORK/redis-$i.log" 2>&1 &
   PIDS+=($!)
@@ -49,7 +53,7 @@ done
 declare -A API SIDECAR_PID
 start_sidecar() {
   local name=$1 api ops
-  api=$(free_port); ops=$(free_port)
+  free_port; api=$PORT; free_port; ops=$PORT
   "$BIN" --lease demo --identity "$name" --ttl "$TTL" --retry-every "$RETRY" "${REDIS_URLS[@]}" \
     --api-listen "127.0.0.1:$api" --ops-listen "127.0.0.1:$ops" --kubernetes false --log-format text \
     >"$WORK/$name.log" 2>&1 &

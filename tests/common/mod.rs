@@ -21,13 +21,27 @@ pub struct View {
     pub version: u64,
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, and one this test process has never handed out before.
+///
+/// Binding port 0 twice in a row may return the same port (the first listener is already
+/// closed), which once gave a sidecar the same `api.listen` and `ops.listen`. Ports come from a
+/// process-wide counter instead, below Linux's ephemeral range (32768+) so no outgoing connection
+/// can take a port a killed Redis is about to be restarted on; the start depends on the pid so two
+/// test processes rarely probe the same ports, and every candidate is checked by binding it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    const LOW: u32 = 12_000;
+    const SPAN: u32 = 20_000; // 12000..32000
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id().wrapping_mul(7919) % SPAN));
+    for _ in 0..SPAN {
+        let port = (LOW + next.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{}", LOW + SPAN);
 }
 
 /// `redis-server`, or a panic that says how to install it. Never a silent skip.

@@ -78,10 +78,18 @@ def event(label: str) -> None:
     log(f"event: {label}")
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port never handed out before in this run (port 0 twice may repeat a port)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def http(method: str, url: str, timeout: float = 5.0) -> tuple[int, str]:
