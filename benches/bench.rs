@@ -444,6 +444,131 @@ fn latency_proxy(port: u16, delay: Duration) -> u16 {
     local
 }
 
+/// The floor under any client: the same two rounds (SET NX PX, then DEL) over plain blocking
+/// sockets with TCP_NODELAY, no runtime, no library, no script: write to every node, then read
+/// every reply. Nothing that takes and releases a lock on these nodes can be faster here.
+struct Bare {
+    socks: Vec<(TcpStream, BufReader<TcpStream>)>,
+    set: Vec<u8>,
+    del: Vec<u8>,
+}
+
+impl Bare {
+    fn connect(urls: &[String], key: &str) -> Bare {
+        let socks = urls
+            .iter()
+            .map(|u| {
+                let addr = u.trim_start_matches("redis://");
+                let s = TcpStream::connect(addr).expect("bare client connect");
+                s.set_nodelay(true).expect("TCP_NODELAY");
+                let r = BufReader::new(s.try_clone().expect("clone socket"));
+                (s, r)
+            })
+            .collect();
+        let resp = |args: &[&str]| {
+            let mut out = format!("*{}\r\n", args.len());
+            for a in args {
+                out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+            }
+            out.into_bytes()
+        };
+        Bare {
+            socks,
+            set: resp(&["SET", key, "bare", "NX", "PX", "1000"]),
+            del: resp(&["DEL", key]),
+        }
+    }
+
+    /// One round: the command to every node, then one single-line reply from each.
+    fn round(&mut self, cmd: &[u8]) {
+        for (s, _) in &mut self.socks {
+            s.write_all(cmd).expect("bare write");
+        }
+        let mut line = String::new();
+        for (_, r) in &mut self.socks {
+            line.clear();
+            r.read_line(&mut line).expect("bare read");
+            assert!(
+                line.starts_with('+') || line.starts_with(':'),
+                "bare client: unexpected reply {line:?}"
+            );
+        }
+    }
+
+    fn acquire_release(&mut self) {
+        let (set, del) = (std::mem::take(&mut self.set), std::mem::take(&mut self.del));
+        self.round(&set);
+        self.round(&del);
+        (self.set, self.del) = (set, del);
+    }
+}
+
+/// The same floor, deciding each round at the quorum-th reply like a Redlock client may:
+/// non-blocking sockets, busy-polled (faster to notice a reply than any readiness wait). Replies
+/// still owed by slower nodes are collected by the next round's poll, untimed between rounds.
+struct BareQuorum {
+    socks: Vec<TcpStream>,
+    owed: Vec<usize>,
+    set: Vec<u8>,
+    del: Vec<u8>,
+}
+
+impl BareQuorum {
+    fn connect(urls: &[String], key: &str) -> BareQuorum {
+        let bare = Bare::connect(urls, key);
+        let socks: Vec<TcpStream> = bare.socks.into_iter().map(|(s, _)| s).collect();
+        for s in &socks {
+            s.set_nonblocking(true).expect("non-blocking");
+        }
+        BareQuorum {
+            owed: vec![0; socks.len()],
+            socks,
+            set: bare.set,
+            del: bare.del,
+        }
+    }
+
+    /// Read whatever arrived; each reply here is one line.
+    fn poll(&mut self) {
+        let mut buf = [0u8; 256];
+        for (s, owed) in self.socks.iter_mut().zip(&mut self.owed) {
+            match s.read(&mut buf) {
+                Ok(0) => panic!("bare client: node closed the connection"),
+                Ok(n) => *owed -= buf[..n].iter().filter(|&&b| b == b'\n').count(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("bare client read: {e}"),
+            }
+        }
+    }
+
+    /// Send `cmd` everywhere and return once a quorum of nodes owes nothing.
+    fn round(&mut self, cmd: &[u8]) {
+        let quorum = self.socks.len() / 2 + 1;
+        for (s, owed) in self.socks.iter_mut().zip(&mut self.owed) {
+            s.write_all(cmd).expect("bare write");
+            *owed += 1;
+        }
+        while self.owed.iter().filter(|&&o| o == 0).count() < quorum {
+            self.poll();
+            std::hint::spin_loop();
+        }
+    }
+
+    fn acquire_release(&mut self) {
+        let (set, del) = (std::mem::take(&mut self.set), std::mem::take(&mut self.del));
+        self.round(&set);
+        self.round(&del);
+        (self.set, self.del) = (set, del);
+    }
+
+    /// Collect every reply still owed (between timed runs).
+    fn settle(&mut self) {
+        while self.owed.iter().any(|&o| o > 0) {
+            self.poll();
+        }
+    }
+}
+
 fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[Redis]) {
     eprintln!("== acquire + release (library API) vs rslock 0.10");
     let iters = o.n(2000, 200);
@@ -476,12 +601,14 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 .then_some(())
         });
         assert!(ready.is_some(), "library nodes did not connect");
+        let mut bare = Bare::connect(&urls, &format!("bench-bare-{i}"));
+        let mut bare_q = BareQuorum::connect(&urls, &format!("bench-bare-q-{i}"));
         let rs = rslock::LockManager::new(urls);
         let rs_key = format!("bench-rslock-{i}");
         let ttl = Duration::from_secs(1);
-        let (ours, acq, rel, ren, theirs) = rt.block_on(async {
-            let (mut ours, mut acq, mut rel, mut ren, mut theirs) =
-                (vec![], vec![], vec![], vec![], vec![]);
+        let (ours, acq, rel, ren, theirs, floor, floor_q) = rt.block_on(async {
+            let (mut ours, mut acq, mut rel, mut ren, mut theirs, mut floor, mut floor_q) =
+                (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
             for i in 0..iters + iters / 10 {
                 let warm = i < iters / 10;
                 // Ours: acquire (one SET NX round that also stores the fencing token), then release.
@@ -500,7 +627,15 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                     .expect("rslock lock on free nodes");
                 rs.unlock(&lock).await;
                 let t3 = Instant::now();
+                // The floor: blocking, so it holds this runtime thread for its two rounds.
+                bare.acquire_release();
+                let t4 = Instant::now();
+                bare_q.acquire_release();
+                let t5 = Instant::now();
+                bare_q.settle();
                 if !warm {
+                    floor.push(ms(t4 - t3));
+                    floor_q.push(ms(t5 - t4));
                     ours.push(ms(t2 - t0));
                     acq.push(ms(t1 - t0));
                     rel.push(ms(t2 - t1));
@@ -516,7 +651,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 }
                 redlock.release(&lease.value, false).await;
             }
-            (ours, acq, rel, ren, theirs)
+            (ours, acq, rel, ren, theirs, floor, floor_q)
         });
         let _ = stop_tx.send(true);
         let (o50, o99, t50, t99) = (
@@ -559,7 +694,34 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 fmt_val(pct(&ren, 0.5))
             ),
         );
+        rep.info(
+            s,
+            format!("{label}: floor, bare blocking sockets, every reply p50"),
+            pct(&floor, 0.5),
+            "ms",
+            "SET NX + DEL; no runtime, no library, no script",
+        );
+        rep.info(
+            s,
+            format!("{label}: floor, bare busy-polled sockets, quorum p50"),
+            pct(&floor_q, 0.5),
+            "ms",
+            "SET NX + DEL, each round decided at the quorum-th reply",
+        );
+        // The lower of the two: what no lock client can beat on these nodes.
+        let f50 = pct(&floor, 0.5).min(pct(&floor_q, 0.5));
         if label == "5 nodes" {
+            rep.info(
+                s,
+                "5 nodes: floor / rslock p50",
+                f50 / t50,
+                "x",
+                if f50 / t50 > 0.5 {
+                    "above 0.5: the halving target is below what the hardware allows here"
+                } else {
+                    "below 0.5: the halving target is physically possible here"
+                },
+            );
             rep.target(
                 s,
                 "5 nodes: ratio ours/rslock p50",

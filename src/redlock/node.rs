@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use redis::aio::MultiplexedConnection;
+use redis::io::tcp::{TcpSettings, socket2};
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisConnectionInfo, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -173,8 +174,18 @@ impl Node {
         if let Some(p) = endpoint.password.as_ref().or(redis.password.as_ref()) {
             settings = settings.set_password(p.expose());
         }
-        let info =
-            redis::IntoConnectionInfo::into_connection_info(addr)?.set_redis_settings(settings);
+        // TCP_NODELAY: redis-rs leaves Nagle on, which holds a command written while an earlier
+        // one on the same connection is unacknowledged (a release right after an acquire whose
+        // reply from a distant node is still out) until that reply arrives: one extra round
+        // trip. Keepalive finds a dead peer on a connection that only listens (pub/sub).
+        let tcp = TcpSettings::default().set_nodelay(true).set_keepalive(
+            socket2::TcpKeepalive::new()
+                .with_time(Duration::from_secs(10))
+                .with_interval(Duration::from_secs(5)),
+        );
+        let info = redis::IntoConnectionInfo::into_connection_info(addr)?
+            .set_redis_settings(settings)
+            .set_tcp_settings(tcp);
         let client = match (&redis.tls_ca_file, endpoint.tls) {
             (Some(ca), true) => {
                 let root_cert = std::fs::read(ca).map_err(|e| {

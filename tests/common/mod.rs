@@ -29,8 +29,8 @@ pub struct View {
 /// can take a port a killed Redis is about to be restarted on; the start depends on the pid so two
 /// test processes rarely probe the same ports, and every candidate is checked by binding it.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, Ordering};
     const LOW: u32 = 12_000;
     const SPAN: u32 = 20_000; // 12000..32000
     static NEXT: OnceLock<AtomicU32> = OnceLock::new();
