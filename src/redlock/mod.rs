@@ -118,14 +118,14 @@ enum Vote {
     Unknown,
 }
 
-/// What the replies of one acquire round say, beyond the tally: which nodes answered, the epochs
-/// they reported, and who holds the key where we were denied.
+/// What the replies of one acquire round say, beyond the tally: how many nodes answered, the
+/// highest epoch they reported, and who holds the key where we were denied.
 #[derive(Default)]
 struct Replies {
     /// Nodes that answered (granted or denied).
     answered: usize,
-    /// Epochs reported by every answer.
-    epochs: Vec<u64>,
+    /// Highest epoch reported by any answer (0 if none).
+    max_epoch: u64,
     /// (holder value, remaining lifetime) of every denial.
     denials: Vec<(String, Option<Duration>)>,
 }
@@ -136,7 +136,7 @@ impl Replies {
         match vote {
             Vote::Yes { epoch } => {
                 self.answered += 1;
-                self.epochs.push(epoch);
+                self.max_epoch = self.max_epoch.max(epoch);
                 true
             }
             Vote::No {
@@ -145,7 +145,7 @@ impl Replies {
                 epoch,
             } => {
                 self.answered += 1;
-                self.epochs.push(epoch);
+                self.max_epoch = self.max_epoch.max(epoch);
                 self.denials.push((holder, pttl));
                 false
             }
@@ -258,8 +258,10 @@ impl Redlock {
         if tally.decided() == Some(true) && valid.is_some() {
             // Stragglers' commands were sent; their replies no longer matter.
             drop(pending);
-            let seen = replies.epochs.iter().copied().max().unwrap_or(0);
-            let token = seen.max(self.epoch_seen.load(Ordering::SeqCst)) + 1;
+            let token = replies
+                .max_epoch
+                .max(self.epoch_seen.load(Ordering::SeqCst))
+                + 1;
             self.epoch_seen.fetch_max(token, Ordering::SeqCst);
             let mut lease = Lease {
                 value,
@@ -298,18 +300,13 @@ impl Redlock {
         for vote in stragglers {
             replies.record(vote);
         }
-        if let Some(&e) = replies.epochs.iter().max() {
-            self.epoch_seen.fetch_max(e, Ordering::SeqCst);
-        }
+        self.epoch_seen
+            .fetch_max(replies.max_epoch, Ordering::SeqCst);
         if replies.answered == 0 {
             return Acquire::Error;
         }
-        let observed = observe(self.nodes.len(), &replies.denials);
-        let mut by_holder: HashMap<&str, usize> = HashMap::new();
-        for (h, _) in &replies.denials {
-            *by_holder.entry(h.as_str()).or_default() += 1;
-        }
-        if by_holder.values().any(|&c| c >= tally.quorum) {
+        let (observed, most) = observe(self.nodes.len(), &replies.denials);
+        if most >= tally.quorum {
             Acquire::Contended(observed)
         } else {
             Acquire::NoQuorum(observed)
@@ -412,20 +409,24 @@ fn parse_acquire(r: Result<Value, CommandError>) -> Vote {
     }
 }
 
-fn observe(n: usize, denials: &[(String, Option<Duration>)]) -> Observed {
+/// What the denials show, and how many of them name the most common holder (a quorum of those
+/// means someone else holds the lease). The acquire script reads the holder in the same atomic
+/// step as its failed `SET NX`, so a denial always names one.
+fn observe(n: usize, denials: &[(String, Option<Duration>)]) -> (Observed, usize) {
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for (h, _) in denials.iter().filter(|(h, _)| !h.is_empty()) {
         *counts.entry(h.as_str()).or_default() += 1;
     }
-    let holder = counts
+    let (holder, most) = counts
         .into_iter()
         .max_by_key(|(_, c)| *c)
-        .map(|(h, _)| identity_of(h).to_string());
+        .map_or((None, 0), |(h, c)| (Some(identity_of(h).to_string()), c));
     let pttls: Vec<Duration> = denials.iter().filter_map(|(_, p)| *p).collect();
-    Observed {
+    let observed = Observed {
         holder,
         free_in: math::free_quorum_in(n, pttls),
-    }
+    };
+    (observed, most)
 }
 
 #[cfg(test)]
@@ -465,7 +466,7 @@ mod tests {
     #[test]
     fn observe_picks_the_majority_holder() {
         let ms = Duration::from_millis;
-        let o = observe(
+        let (o, most) = observe(
             3,
             &[
                 ("b#1".into(), Some(ms(50))),
@@ -474,6 +475,7 @@ mod tests {
             ],
         );
         assert_eq!(o.holder.as_deref(), Some("b"));
+        assert_eq!(most, 2);
         assert_eq!(o.free_in, Some(ms(40)));
     }
 }
