@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use redlock_elector::config::{self, ProcessEnv};
 use redlock_elector::metrics::Metrics;
-use redlock_elector::redlock::{Acquire, Redlock};
+use redlock_elector::redlock::{Acquire, Redlock, math};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -91,6 +91,9 @@ struct Row {
     note: String,
 }
 
+/// One row for [`Report::add`]: (name, value, unit, target `(limit, at_least)`, note).
+type Spec<'a> = (&'a str, f64, &'static str, Option<(f64, bool)>, &'a str);
+
 #[derive(Default)]
 struct Report {
     rows: Vec<Row>,
@@ -157,6 +160,19 @@ impl Report {
             if met { "met" } else { "NOT MET" }
         );
         self.rows.push(row);
+    }
+
+    /// Rows of one section, in order: (name, value, unit, target, note), where a target
+    /// `Some((limit, at_least))` makes a [`Report::target`] row and `None` an info row.
+    fn add(&mut self, section: &'static str, rows: &[Spec]) {
+        for &(name, value, unit, goal, note) in rows {
+            match goal {
+                None => self.info(section, name, value, unit, note),
+                Some((limit, at_least)) => {
+                    self.target(section, name, value, unit, limit, at_least, note)
+                }
+            }
+        }
     }
 
     fn print_table(&self, out: &mut dyn Write) {
@@ -227,7 +243,7 @@ fn ms_between(a: Instant, b: Instant) -> f64 {
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{Opts as SidecarOpts, Redis, Sidecar, View, binary, http};
+use common::{Opts as SidecarOpts, Redis, Sidecar, View, binary, http, resp_encode};
 
 /// Start the real sidecar with the binary's own defaults (ttl 10s, retryEvery 1s, timeout 50ms);
 /// `extra` flags come last and win.
@@ -338,11 +354,7 @@ fn subscribe_notices(port: u16, channel: &str, tx: mpsc::Sender<Instant>) {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
             return;
         };
-        let req = format!(
-            "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{}\r\n",
-            channel.len(),
-            channel
-        );
+        let req = resp_encode(&["SUBSCRIBE", &channel]);
         if s.write_all(req.as_bytes()).is_err() {
             return;
         }
@@ -465,17 +477,10 @@ impl Bare {
                 (s, r)
             })
             .collect();
-        let resp = |args: &[&str]| {
-            let mut out = format!("*{}\r\n", args.len());
-            for a in args {
-                out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-            }
-            out.into_bytes()
-        };
         Bare {
             socks,
-            set: resp(&["SET", key, "bare", "NX", "PX", "1000"]),
-            del: resp(&["DEL", key]),
+            set: resp_encode(&["SET", key, "bare", "NX", "PX", "1000"]).into_bytes(),
+            del: resp_encode(&["DEL", key]).into_bytes(),
         }
     }
 
@@ -543,7 +548,7 @@ impl BareQuorum {
 
     /// Send `cmd` everywhere and return once a quorum of nodes owes nothing.
     fn round(&mut self, cmd: &[u8]) {
-        let quorum = self.socks.len() / 2 + 1;
+        let quorum = math::quorum(self.socks.len());
         for (s, owed) in self.socks.iter_mut().zip(&mut self.owed) {
             s.write_all(cmd).expect("bare write");
             *owed += 1;
@@ -660,93 +665,50 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
             pct(&theirs, 0.5),
             pct(&theirs, 0.99),
         );
-        let s = "acquire";
-        rep.info(
-            s,
-            format!("{label}: ours acquire+release p50"),
-            o50,
-            "ms",
-            "acquire = one SET NX round storing the fencing token (a second round only when behind)",
+        let (fl50, flq50) = (pct(&floor, 0.5), pct(&floor_q, 0.5));
+        // The lower of the two floors: what no lock client can beat on these nodes.
+        let f50 = fl50.min(flq50);
+        let rounds = format!(
+            "release p50 {} ms, renew round p50 {} ms",
+            fmt_val(pct(&rel, 0.5)),
+            fmt_val(pct(&ren, 0.5))
         );
-        rep.info(
-            s,
-            format!("{label}: ours acquire+release p99"),
-            o99,
-            "ms",
-            "",
-        );
-        rep.info(
-            s,
-            format!("{label}: rslock lock+unlock p50"),
-            t50,
-            "ms",
-            "rslock: SET NX round (waits for all nodes) + unlock",
-        );
-        rep.info(s, format!("{label}: rslock lock+unlock p99"), t99, "ms", "");
-        rep.info(
-            s,
-            format!("{label}: ours acquire / release / one renew round p50"),
-            pct(&acq, 0.5),
-            "ms",
-            format!(
-                "release p50 {} ms, renew round p50 {} ms",
-                fmt_val(pct(&rel, 0.5)),
-                fmt_val(pct(&ren, 0.5))
-            ),
-        );
-        rep.info(
-            s,
-            format!("{label}: floor, bare blocking sockets, every reply p50"),
-            pct(&floor, 0.5),
-            "ms",
-            "SET NX + DEL; no runtime, no library, no script",
-        );
-        rep.info(
-            s,
-            format!("{label}: floor, bare busy-polled sockets, quorum p50"),
-            pct(&floor_q, 0.5),
-            "ms",
-            "SET NX + DEL, each round decided at the quorum-th reply",
-        );
-        // The lower of the two: what no lock client can beat on these nodes.
-        let f50 = pct(&floor, 0.5).min(pct(&floor_q, 0.5));
-        if label == "5 nodes" {
-            rep.info(
-                s,
-                "5 nodes: floor / rslock p50",
-                f50 / t50,
-                "x",
-                if f50 / t50 > 0.5 {
-                    "above 0.5: the halving target is below what the hardware allows here"
-                } else {
-                    "below 0.5: the halving target is physically possible here"
-                },
-            );
-            rep.target(
-                s,
-                "5 nodes: ratio ours/rslock p50",
-                o50 / t50,
-                "x",
-                0.5,
-                false,
-                "target: at most half of rslock's p50",
-            );
+        let floor_note = if f50 / t50 > 0.5 {
+            "above 0.5: the halving target is below what the hardware allows here"
         } else {
-            rep.info(
-                s,
-                format!("{label}: ratio ours/rslock p50"),
+            "below 0.5: the halving target is physically possible here"
+        };
+        // Only the 5-node run carries the target, and the floor ratio that says if it is reachable.
+        let five = label == "5 nodes";
+        #[rustfmt::skip]
+        let mut rows: Vec<Spec> = vec![
+            ("ours acquire+release p50", o50, "ms", None, "acquire = one SET NX round storing the fencing token (a second round only when behind)"),
+            ("ours acquire+release p99", o99, "ms", None, ""),
+            ("rslock lock+unlock p50", t50, "ms", None, "rslock: SET NX round (waits for all nodes) + unlock"),
+            ("rslock lock+unlock p99", t99, "ms", None, ""),
+            ("ours acquire / release / one renew round p50", pct(&acq, 0.5), "ms", None, &rounds),
+            ("floor, bare blocking sockets, every reply p50", fl50, "ms", None, "SET NX + DEL; no runtime, no library, no script"),
+            ("floor, bare busy-polled sockets, quorum p50", flq50, "ms", None, "SET NX + DEL, each round decided at the quorum-th reply"),
+        ];
+        if five {
+            rows.push(("floor / rslock p50", f50 / t50, "x", None, floor_note));
+            rows.push((
+                "ratio ours/rslock p50",
                 o50 / t50,
                 "x",
-                "",
+                Some((0.5, false)),
+                "target: at most half of rslock's p50",
+            ));
+        } else {
+            rows.push(("ratio ours/rslock p50", o50 / t50, "x", None, ""));
+        }
+        rows.push(("ratio ours/rslock p99", o99 / t99, "x", None, ""));
+        for (what, value, unit, goal, note) in rows {
+            rep.add(
+                "acquire",
+                &[(&format!("{label}: {what}"), value, unit, goal, note)],
             );
         }
-        rep.info(
-            s,
-            format!("{label}: ratio ours/rslock p99"),
-            o99 / t99,
-            "x",
-            "",
-        );
     }
 }
 
@@ -872,9 +834,10 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
     let mut trio = Trio::start(rt, lease, nodes, &["--ttl", "1s", "--retry-every", "1s"]);
     let mut latest = HashMap::new();
     let per_kind = o.n(30, 3);
-    let mut by_kind: HashMap<&str, (Vec<f64>, Vec<f64>)> = HashMap::new();
+    // (kind, release -> new leader, request/signal -> new leader), printed in this order.
+    let mut by_kind = [("SIGTERM", vec![], vec![]), ("step-down", vec![], vec![])];
     for i in 0..2 * per_kind {
-        let kind = if i % 2 == 0 { "SIGTERM" } else { "step-down" };
+        let kind = by_kind[i % 2].0;
         let l = trio.steady(&mut latest);
         while nrx.try_recv().is_ok() {}
         let old = trio.sidecars[l].identity.clone();
@@ -894,9 +857,8 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
         let Some(new) = trio.next_leader(&old, t_sig, &mut latest) else {
             panic!("no new leader within 10s of a {kind} handover");
         };
-        let e = by_kind.entry(kind).or_default();
-        e.0.push(ms_between(t_rel, new.at));
-        e.1.push(ms_between(t_sig, new.at));
+        by_kind[i % 2].1.push(ms_between(t_rel, new.at));
+        by_kind[i % 2].2.push(ms_between(t_sig, new.at));
         if let Some(p) = poster {
             let _ = p.join();
             // The old leader sits out one ttl; let it contend again so every round has two contenders.
@@ -907,14 +869,13 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
             latest.remove(&old);
             trio.spawn(rt, nodes);
         }
-        let _ = new.watcher;
     }
     let s = "handover";
     let all: Vec<f64> = by_kind
-        .values()
-        .flat_map(|(a, _)| a.iter().copied())
+        .iter()
+        .flat_map(|(_, a, _)| a.iter().copied())
         .collect();
-    for (kind, (rel, sig)) in &by_kind {
+    for (kind, rel, sig) in &by_kind {
         rep.info(
             s,
             format!("{kind}: release -> new leader p50"),
@@ -975,8 +936,8 @@ fn bench_failover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
             })
             .collect();
         expiries.sort();
-        // A quorum of keys is free when the 2nd of 3 has expired.
-        let expiry = expiries.get(1).copied();
+        // A quorum of keys is free when the quorum-th key has expired.
+        let expiry = expiries.get(math::quorum(nodes.len()) - 1).copied();
         let Some(new) = trio.next_leader(&old, t_kill, &mut latest) else {
             panic!("no new leader within 10s of a crash");
         };
@@ -989,47 +950,19 @@ fn bench_failover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
         latest.remove(&old);
         trio.spawn(rt, nodes);
     }
-    let s = "failover";
     let limit = ms(retry.mul_f64(1.25)) + 50.0;
-    rep.info(
-        s,
-        "SIGKILL -> new leader p50",
-        pct(&total, 0.5),
-        "ms",
-        format!("{} crashes", total.len()),
-    );
-    rep.info(s, "SIGKILL -> new leader p99", pct(&total, 0.99), "ms", "");
-    rep.info(s, "failover / ttl p50", pct(&total, 0.5) / ms(ttl), "x", "");
-    rep.info(
-        s,
-        "failover / ttl p99",
-        pct(&total, 0.99) / ms(ttl),
-        "x",
-        "",
-    );
-    rep.info(
-        s,
-        "beyond key expiry p50",
-        pct(&beyond, 0.5),
-        "ms",
-        "expiry = when the quorum-th key expires (PTTL read after the kill)",
-    );
-    rep.target(
-        s,
-        "beyond key expiry p99",
-        pct(&beyond, 0.99),
-        "ms",
-        limit,
-        false,
-        "target: expiry + retryEvery*1.25 + 50ms",
-    );
-    rep.info(
-        s,
-        "beyond key expiry p99 / ttl",
-        pct(&beyond, 0.99) / ms(ttl),
-        "x",
-        "",
-    );
+    let (t50, t99, b99) = (pct(&total, 0.5), pct(&total, 0.99), pct(&beyond, 0.99));
+    let crashes = format!("{} crashes", total.len());
+    #[rustfmt::skip]
+    rep.add("failover", &[
+        ("SIGKILL -> new leader p50", t50, "ms", None, &crashes),
+        ("SIGKILL -> new leader p99", t99, "ms", None, ""),
+        ("failover / ttl p50", t50 / ms(ttl), "x", None, ""),
+        ("failover / ttl p99", t99 / ms(ttl), "x", None, ""),
+        ("beyond key expiry p50", pct(&beyond, 0.5), "ms", None, "expiry = when the quorum-th key expires (PTTL read after the kill)"),
+        ("beyond key expiry p99", b99, "ms", Some((limit, false)), "target: expiry + retryEvery*1.25 + 50ms"),
+        ("beyond key expiry p99 / ttl", b99 / ms(ttl), "x", None, ""),
+    ]);
 }
 
 fn rand_ms(lo: u64, hi: u64) -> u64 {
@@ -1375,56 +1308,22 @@ fn bench_fanout(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes:
         back_to_w();
     }
 
-    let s = "fanout";
-    let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
-    rep.info(
-        s,
-        "1000 SSE watchers: change -> all notified p50",
-        pct(&sse_all, 0.5),
-        "ms",
-        format!(
-            "{} rounds; change = step-down request sent to the watched sidecar",
-            sse_all.len()
-        ),
+    // pct(v, 1.0) is the worst round.
+    let sse_note = format!(
+        "{} rounds; change = step-down request sent to the watched sidecar",
+        sse_all.len()
     );
-    rep.target(
-        s,
-        "1000 SSE watchers: change -> all notified (max)",
-        max(&sse_all),
-        "ms",
-        50.0,
-        false,
-        "worst round",
-    );
-    rep.info(
-        s,
-        "1000 SSE watchers: change -> first notified p50",
-        pct(&sse_first, 0.5),
-        "ms",
-        "",
-    );
-    rep.info(
-        s,
-        "1000 SSE watchers: first -> last notified p50",
-        pct(&sse_spread, 0.5),
-        "ms",
-        "",
-    );
-    rep.info(
-        s,
-        "1000 long-polls: change -> all answered p50",
-        pct(&lp_all, 0.5),
-        "ms",
-        format!("{} rounds", lp_all.len()),
-    );
-    rep.info(
-        s,
-        "1000 long-polls: change -> all answered (max)",
-        max(&lp_all),
-        "ms",
-        "",
-    );
-    rep.info(s, "sidecar RSS with 1000 SSE watchers", rss_sse, "MiB", "");
+    let lp_note = format!("{} rounds", lp_all.len());
+    #[rustfmt::skip]
+    rep.add("fanout", &[
+        ("1000 SSE watchers: change -> all notified p50", pct(&sse_all, 0.5), "ms", None, &sse_note),
+        ("1000 SSE watchers: change -> all notified (max)", pct(&sse_all, 1.0), "ms", Some((50.0, false)), "worst round"),
+        ("1000 SSE watchers: change -> first notified p50", pct(&sse_first, 0.5), "ms", None, ""),
+        ("1000 SSE watchers: first -> last notified p50", pct(&sse_spread, 0.5), "ms", None, ""),
+        ("1000 long-polls: change -> all answered p50", pct(&lp_all, 0.5), "ms", None, &lp_note),
+        ("1000 long-polls: change -> all answered (max)", pct(&lp_all, 1.0), "ms", None, ""),
+        ("sidecar RSS with 1000 SSE watchers", rss_sse, "MiB", None, ""),
+    ]);
     drop(x);
 }
 
@@ -1507,56 +1406,21 @@ fn bench_footprint(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
     std::thread::sleep(Duration::from_secs(2));
     let (fcpu, frss, both, both_ops) = observe(b.pid(), nodes, window);
     let (fcmd, fops) = (both - lcmd, both_ops - lops);
-    let s = "footprint";
-    rep.target(
-        s,
-        "idle follower RSS",
-        frss,
-        "MiB",
-        16.0,
-        false,
-        "VmRSS at the end of the window",
-    );
-    rep.target(s, "leader RSS", lrss, "MiB", 16.0, false, "");
-    rep.target(
-        s,
-        "idle follower CPU",
-        fcpu,
-        "% core",
-        0.5,
-        false,
-        format!("utime+stime over {}s", window.as_secs()),
-    );
-    rep.target(s, "leader CPU", lcpu, "% core", 0.5, false, "");
-    let r = "redis-load";
-    rep.info(
-        r,
-        "leader: commands sent/s (sum over 3 nodes)",
-        lcmd,
-        "cmd/s",
-        "INFO commandstats deltas of top-level commands: renew script every ttl/3 + INFO health check 1/s, per node",
-    );
-    rep.info(
-        r,
-        "leader: Redis ops/s incl. inside scripts",
-        lops,
-        "ops/s",
-        "every command Redis ran, also GET/PEXPIRE/SET inside the Lua scripts",
-    );
-    rep.info(
-        r,
-        "follower: commands sent/s (sum over 3 nodes)",
-        fcmd,
-        "cmd/s",
-        "(leader+follower) - leader: acquire script + cleanup release script per retry (~1/s) + INFO 1/s, per node",
-    );
-    rep.info(
-        r,
-        "follower: Redis ops/s incl. inside scripts",
-        fops,
-        "ops/s",
-        "",
-    );
+    let cpu_note = format!("utime+stime over {}s", window.as_secs());
+    #[rustfmt::skip]
+    rep.add("footprint", &[
+        ("idle follower RSS", frss, "MiB", Some((16.0, false)), "VmRSS at the end of the window"),
+        ("leader RSS", lrss, "MiB", Some((16.0, false)), ""),
+        ("idle follower CPU", fcpu, "% core", Some((0.5, false)), &cpu_note),
+        ("leader CPU", lcpu, "% core", Some((0.5, false)), ""),
+    ]);
+    #[rustfmt::skip]
+    rep.add("redis-load", &[
+        ("leader: commands sent/s (sum over 3 nodes)", lcmd, "cmd/s", None, "INFO commandstats deltas of top-level commands: renew script every ttl/3 + INFO health check 1/s, per node"),
+        ("leader: Redis ops/s incl. inside scripts", lops, "ops/s", None, "every command Redis ran, also GET/PEXPIRE/SET inside the Lua scripts"),
+        ("follower: commands sent/s (sum over 3 nodes)", fcmd, "cmd/s", None, "(leader+follower) - leader: acquire script + cleanup release script per retry (~1/s) + INFO 1/s, per node"),
+        ("follower: Redis ops/s incl. inside scripts", fops, "ops/s", None, ""),
+    ]);
 }
 
 fn bench_binary(rep: &mut Report) {

@@ -189,16 +189,21 @@ impl Drop for Redis {
     }
 }
 
+/// The request form of a Redis command: a RESP array of bulk strings.
+pub fn resp_encode(args: &[&str]) -> String {
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+    }
+    req
+}
+
 /// Minimal RESP client for assertions (GET, PING, INFO), independent of the code under test.
 pub fn resp_command(port: u16, args: &[&str]) -> Option<String> {
     use std::io::{BufRead, BufReader, Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
-    }
-    s.write_all(req.as_bytes()).ok()?;
+    s.write_all(resp_encode(args).as_bytes()).ok()?;
     let mut r = BufReader::new(s);
     let mut line = String::new();
     r.read_line(&mut line).ok()?;
