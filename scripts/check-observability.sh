@@ -25,35 +25,18 @@ OUT="$REPO/target/observability"
 step() { printf '\n==> %s\n' "$*"; }
 die() { printf '\ncheck-observability: FAILED: %s\n' "$*" >&2; exit 1; }
 
-# apt_install PKG...: non-interactive, without recommends (prometheus recommends node-exporter).
-apt_updated=""
-apt_install() {
-  [ "$(id -u)" = 0 ] || die "need $* but not root: run sudo apt-get install -y --no-install-recommends $*"
-  command -v apt-get >/dev/null || die "need $* and there is no apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  if [ -z "$apt_updated" ]; then apt-get update -qq >/dev/null || die "apt-get update failed"; apt_updated=1; fi
-  apt-get install -y -qq --no-install-recommends "$@" >/dev/null </dev/null || die "apt-get install $* failed"
-}
+source "$REPO/scripts/lib.sh"
 
 # ------------------------------------------------------------------------------------ tools
 step "tools: prometheus + promtool, redis-server, python venv"
-command -v prometheus >/dev/null && command -v promtool >/dev/null || apt_install prometheus
-command -v redis-server >/dev/null || apt_install redis-server
+ensure_apt prometheus prometheus
+ensure_apt promtool prometheus
+ensure_apt redis-server redis-server
 PROMETHEUS="$(command -v prometheus)" || die "prometheus not on PATH after install"
 PROMTOOL="$(command -v promtool)" || die "promtool not on PATH after install"
 "$PROMETHEUS" --version 2>&1 | head -1
-command -v python3 >/dev/null || apt_install python3 python3-venv
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV" 2>/dev/null || { rm -rf "$VENV"; apt_install python3-venv; python3 -m venv "$VENV"; } \
-    || die "python3 -m venv failed"
-fi
-stamp="$VENV/.observability-requirements.sha256"
-want="$(sha256sum "$REQS" | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS" \
-    || die "pip install -r $REQS failed"
-  echo "$want" > "$stamp"
-fi
+ensure_apt python3 python3
+ensure_venv "$VENV" "$REQS" observability-requirements
 PY="$VENV/bin/python"
 "$PY" -c 'import matplotlib, yaml' || die "matplotlib / PyYAML do not import from $VENV"
 

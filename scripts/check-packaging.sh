@@ -26,33 +26,12 @@ BIN="$STATIC_TARGET_DIR/x86_64-unknown-linux-gnu/release/redlock-elector"
 
 step() { printf '\n==> %s\n' "$*"; }
 die() { printf '\ncheck-packaging: FAILED: %s\n' "$*" >&2; exit 1; }
+source "$REPO/scripts/lib.sh"
 
 # ------------------------------------------------------------------------------------ tools
 step "Python tools in .venv-tools/ ($(basename "$REQS"))"
-if ! command -v python3 >/dev/null; then die "python3 is missing (apt-get install python3 python3-venv)"; fi
-if [ ! -x "$VENV/bin/python" ]; then
-  if ! python3 -m venv "$VENV"; then
-    rm -rf "$VENV"
-    # Debian's python3 ships venv separately.
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null \
-        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; } \
-        || die "could not install python3-venv"
-      python3 -m venv "$VENV" || die "python3 -m venv failed"
-    else
-      die "python3 -m venv failed (on Debian: apt-get install -y python3-venv)"
-    fi
-  fi
-fi
-stamp="$VENV/.requirements.sha256"
-want="$(sha256sum "$REQS" | cut -d' ' -f1)"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip \
-    || die "pip upgrade failed"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS" \
-    || die "pip install -r $REQS failed"
-  echo "$want" > "$stamp"
-fi
+ensure_apt python3 python3
+ensure_venv "$VENV" "$REQS" requirements --upgrade pip
 PY="$VENV/bin/python"
 "$PY" -c 'import helm_python as h; print("helm SDK", h.helm_sdk_version(), "(helm-c", h.helm_c_version() + ")")' \
   || die "helm-python-sdk does not load"

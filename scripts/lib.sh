@@ -1,18 +1,53 @@
 # Shared shell helpers for the scripts in this folder (sourced, not run).
 
-# ensure_apt CMD PACKAGE: install PACKAGE with apt when CMD is missing; fail with the fix if we can't.
-ensure_apt() {
-  local cmd=$1 pkg=$2
-  if command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/usr/bin/$cmd" ]; then return 0; fi
-  echo "-- $cmd not found: installing Debian package $pkg"
-  local sudo=""
+# apt_package PACKAGE: install a Debian package non-interactively, without recommends (prometheus
+# would pull node-exporter), as root or through `sudo -n`; `apt-get update` runs once per script.
+# Fails with the fix when it can't.
+_apt_updated=""
+apt_package() {
+  local pkg=$1 sudo=""
   if [ "$(id -u)" != 0 ]; then
     if command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; else
-      echo "error: $cmd is missing and we are not root; install it with: sudo apt-get install -y $pkg" >&2; exit 1
+      echo "error: $pkg is needed and we are not root; install it with: sudo apt-get install -y $pkg" >&2; exit 1
     fi
   fi
+  command -v apt-get >/dev/null 2>&1 || { echo "error: $pkg is needed and there is no apt-get; install it by hand" >&2; exit 1; }
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq >/dev/null || { echo "error: apt-get update failed; install $pkg by hand: apt-get install -y $pkg" >&2; exit 1; }
-  $sudo apt-get install -y -qq "$pkg" >/dev/null </dev/null || { echo "error: apt-get install $pkg failed" >&2; exit 1; }
-  command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || { echo "error: $pkg installed but $cmd is still not on PATH" >&2; exit 1; }
+  if [ -z "$_apt_updated" ]; then
+    $sudo apt-get update -qq >/dev/null || { echo "error: apt-get update failed; install $pkg by hand: apt-get install -y $pkg" >&2; exit 1; }
+    _apt_updated=1
+  fi
+  $sudo apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null </dev/null || { echo "error: apt-get install $pkg failed" >&2; exit 1; }
+}
+
+# ensure_apt CMD PACKAGE: install PACKAGE when the program CMD is missing. `type -P` looks for
+# an executable file only, so a shell builtin of the same name (kill) does not count.
+ensure_apt() {
+  local cmd=$1 pkg=$2
+  if type -P "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/usr/bin/$cmd" ]; then return 0; fi
+  echo "-- $cmd not found: installing Debian package $pkg"
+  apt_package "$pkg"
+  type -P "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || { echo "error: $pkg installed but $cmd is still not on PATH" >&2; exit 1; }
+}
+
+# ensure_venv VENV REQUIREMENTS STAMP [PIP_ARGS...]: a Python venv at VENV (python3-venv installed
+# when Debian's python3 lacks it) with REQUIREMENTS installed; reinstalls only when the file
+# changed (its sha256 is kept in VENV/.STAMP.sha256). PIP_ARGS, if any, are installed first.
+ensure_venv() {
+  local venv=$1 reqs=$2 stamp="$1/.$3.sha256" want
+  shift 3
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv" 2>/dev/null || { rm -rf "$venv"; apt_package python3-venv; python3 -m venv "$venv"; } \
+      || { echo "error: python3 -m venv failed (on Debian: apt-get install -y python3-venv)" >&2; exit 1; }
+  fi
+  want="$(sha256sum "$reqs" | cut -d' ' -f1)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    if [ $# -gt 0 ]; then
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" \
+        || { echo "error: pip install $* failed" >&2; exit 1; }
+    fi
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$reqs" \
+      || { echo "error: pip install -r $reqs failed" >&2; exit 1; }
+    echo "$want" > "$stamp"
+  fi
 }

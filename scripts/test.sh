@@ -11,7 +11,7 @@ source scripts/lib.sh
 
 ensure_apt redis-server redis-server
 ensure_apt curl curl
-ensure_apt kill procps          # the tests send real signals with kill(1)
+ensure_apt kill procps          # the tests send real signals with kill(1), not the shell builtin
 ensure_apt python3 python3      # the packaging and observability checks run Python tools in a venv
 ensure_apt strip binutils       # the image's binary is stripped
 
