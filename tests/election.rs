@@ -257,16 +257,11 @@ fn first_term_on_fresh_nodes_gets_token_one_despite_attempts_during_quarantine()
         Some(s.leader()).filter(|v| v.is_leader)
     })
     .unwrap_or_else(|| panic!("no leadership after the quarantine:\n{}", s.logs()));
-    let (_, metrics) = http("GET", s.ops_port, "/metrics").unwrap();
-    let failed: u64 = metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("redlock_elector_acquire_attempts_total") && !l.contains("acquired")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let failed = metric_sum_where(&s, |l| {
+        l.starts_with("redlock_elector_acquire_attempts_total") && !l.contains("acquired")
+    });
     assert!(
-        failed >= 2,
+        failed >= 2.0,
         "attempts failed during the quarantine: {failed}"
     );
     // Quarantined nodes are not asked to store the proposed token, so failed attempts do not

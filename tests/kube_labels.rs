@@ -168,15 +168,16 @@ fn wait_event(fake: &FakeApi, pod: &str, reason: &str, contains: &str) -> serde_
     })
 }
 
-fn metric_sum(s: &Sidecar, prefix: &str) -> f64 {
-    let (_, text) = http("GET", s.ops_port, "/metrics").expect("/metrics");
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// SIGTERM `s`: it exits 0 within [`SHUTDOWN`]; the time is reported as "`what`, ms".
+fn terminate_within_shutdown(s: &mut Sidecar, what: &str) {
+    let (code, took) = s.terminate();
+    assert_eq!(code, Some(0), "{what}:\n{}", s.logs());
+    assert!(took < SHUTDOWN, "{what} took {took:?}");
+    report(&format!("{what}, ms"), took.as_millis());
 }
 
-fn report_rbac(fake: &FakeApi) {
+/// Check every request against the shipped Role and report them; returns the distinct accesses.
+fn report_rbac(fake: &FakeApi) -> Vec<Access> {
     let seen = assert_allowed_by_shipped_role(&fake.records());
     report(
         "kube requests made (group, resource, verb, namespace)",
@@ -193,6 +194,7 @@ fn report_rbac(fake: &FakeApi) {
                 .collect::<Vec<_>>()
         ),
     );
+    seen
 }
 
 #[test]
@@ -275,10 +277,7 @@ fn labels_follow_the_leader_through_sigkill_and_sigterm() {
 
     // SIGTERM: the leader labels itself follower before it exits, within the shutdown bound.
     let mark = fake.seq();
-    let (code, took) = sidecars[l2].terminate();
-    assert_eq!(code, Some(0), "{}", sidecars[l2].logs());
-    assert!(took < SHUTDOWN, "SIGTERM exit took {took:?}");
-    report("SIGTERM exit with kube publishing, ms", took.as_millis());
+    terminate_within_shutdown(&mut sidecars[l2], "SIGTERM exit with kube publishing");
     let recs = fake.records();
     first(&recs, mark, &second, "own demotion before exit", |r| {
         r.method == "PATCH" && r.pod() == Some(second.as_str()) && r.role_set() == Some("follower")
@@ -309,8 +308,7 @@ fn labels_follow_the_leader_through_sigkill_and_sigterm() {
             "redlock_elector_kube_requests_total{result=\"ok\",verb=\"patch\"}"
         ) >= 1.0
     );
-    report_rbac(&fake);
-    assert_every_granted_verb_used(&fake.records());
+    assert_every_granted_verb_used(&report_rbac(&fake));
 }
 
 #[test]
@@ -380,19 +378,12 @@ fn api_server_outage_during_failover_does_not_affect_the_election_and_labels_con
     );
 
     // A follower shuts down within the bound though its final label update cannot land.
-    let fi = sidecars
-        .iter()
-        .position(|s| s.identity == follower)
-        .unwrap();
-    let (code, took) = sidecars[fi].terminate();
-    assert_eq!(code, Some(0));
-    assert!(
-        took < SHUTDOWN,
-        "SIGTERM exit with the API server down took {took:?}"
-    );
-    report(
-        "SIGTERM exit with the API server down, ms",
-        took.as_millis(),
+    terminate_within_shutdown(
+        sidecars
+            .iter_mut()
+            .find(|s| s.identity == follower)
+            .unwrap(),
+        "SIGTERM exit with the API server down",
     );
 
     fake.up();
@@ -424,16 +415,9 @@ fn api_server_outage_during_failover_does_not_affect_the_election_and_labels_con
     // The leader shuts down while the API server is down: it cannot demote its label, and
     // still exits within the bound.
     fake.down();
-    let li = sidecars.iter().position(|s| s.identity == second).unwrap();
-    let (code, took) = sidecars[li].terminate();
-    assert_eq!(code, Some(0));
-    assert!(
-        took < SHUTDOWN,
-        "leader SIGTERM exit with the API server down took {took:?}"
-    );
-    report(
-        "leader SIGTERM exit with the API server down, ms",
-        took.as_millis(),
+    terminate_within_shutdown(
+        sidecars.iter_mut().find(|s| s.identity == second).unwrap(),
+        "leader SIGTERM exit with the API server down",
     );
 }
 
@@ -511,15 +495,10 @@ fn api_errors_and_slowness_are_retried_until_the_labels_converge() {
                 .iter()
                 .filter(|r| r.who == s.identity && r.method == method)
                 .count();
-            let (_, text) = http("GET", s.ops_port, "/metrics").expect("/metrics");
-            let by_verb: f64 = text
-                .lines()
-                .filter(|l| {
-                    l.starts_with("redlock_elector_kube_requests_total{")
-                        && l.contains(&format!("verb=\"{verb}\""))
-                })
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum();
+            let by_verb = metric_sum_where(s, |l| {
+                l.starts_with("redlock_elector_kube_requests_total{")
+                    && l.contains(&format!("verb=\"{verb}\""))
+            });
             assert!(
                 by_verb >= seen as f64,
                 "{}: {verb} counted {by_verb} < {seen} seen",

@@ -375,14 +375,12 @@ impl Sidecar {
 
     /// Wait (up to 10 s) for the exit after a signal sent elsewhere, then make sure it is gone.
     pub fn reap(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        if let Some(mut c) = self.child.take()
+            && wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
+                c.try_wait().ok().flatten()
+            })
+            .is_none()
+        {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -506,6 +504,20 @@ pub fn redis_cluster(n: usize, ttl: Duration) -> Vec<Redis> {
 }
 
 /// Print a measured figure so it lands in the test output (`--nocapture`) and CI logs.
+/// The sum of the `/metrics` samples whose line passes `keep`.
+pub fn metric_sum_where(s: &Sidecar, keep: impl Fn(&str) -> bool) -> f64 {
+    let (_, text) = http("GET", s.ops_port, "/metrics").expect("/metrics");
+    text.lines()
+        .filter(|l| keep(l))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The sum of the `/metrics` samples whose line starts with `prefix`.
+pub fn metric_sum(s: &Sidecar, prefix: &str) -> f64 {
+    metric_sum_where(s, |l| l.starts_with(prefix))
+}
+
 pub fn report(what: &str, value: impl std::fmt::Display) {
     eprintln!("[figure] {what}: {value}");
 }

@@ -78,18 +78,25 @@ def event(label: str) -> None:
     log(f"event: {label}")
 
 
-_handed_out: set[int] = set()
+# Like tests/common's free_port: a counter below Linux's ephemeral range (32768+), so no port is
+# handed out twice (binding port 0 twice may repeat one) and no outgoing connection can take the
+# port of a Redis that is restarted on it; the start depends on the pid.
+_next_port = os.getpid() * 7919 % 20000
 
 
 def free_port() -> int:
-    """A free port never handed out before in this run (port 0 twice may repeat a port)."""
-    while True:
+    """A free loopback port in 12000..32000 not handed out before in this run."""
+    global _next_port
+    for _ in range(20000):
+        port = 12000 + _next_port % 20000
+        _next_port += 1
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free loopback port in 12000..32000")
 
 
 def http(method: str, url: str, timeout: float = 5.0) -> tuple[int, str]:
