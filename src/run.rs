@@ -129,10 +129,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let started = tokio::time::Instant::now();
     let _ = stop_tx.send(true);
     let grace = config.redis.timeout * 2 + Duration::from_millis(900);
-    if tokio::time::timeout(grace, &mut elector_task)
-        .await
-        .is_err()
-    {
+    // The elector's release returns at a quorum of confirmations; the other nodes' releases
+    // finish in the background, and the process must not exit before they are written.
+    let released = async {
+        let _ = (&mut elector_task).await;
+        redlock.settled().await;
+    };
+    if tokio::time::timeout(grace, released).await.is_err() {
         tracing::warn!(
             grace_ms = grace.as_millis() as u64,
             "release did not finish within the grace period"

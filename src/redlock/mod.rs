@@ -92,6 +92,8 @@ pub struct Redlock {
     /// contended during a term learned that term's token, even if every node of its own granting
     /// quorum has since lost it (an empty restart of the only node the two quorums shared).
     epoch_seen: AtomicU64,
+    /// Releases whose last commands still run in the background (see [`Redlock::release`]).
+    releasing: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 /// The value stored in the key: `<identity>#<nonce>` with 192 random bits.
@@ -177,6 +179,7 @@ impl Redlock {
             drift: math::drift(config.lease.ttl, config.lease.drift_factor),
             metrics,
             epoch_seen: AtomicU64::new(0),
+            releasing: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
     }
 
@@ -361,16 +364,52 @@ impl Redlock {
     }
 
     /// Token-checked delete on every node in parallel; with `notify`, publish the release notice.
-    /// Waits for every node (each bounded by the per-node timeout).
+    ///
+    /// Returns once a quorum of nodes confirmed (the key is ours no more there: deleted, or held
+    /// by nobody or someone else), the moment no lease can need more of them; or once every node
+    /// answered or timed out. The commands still out keep running in a background task, each
+    /// bounded by the per-node timeout, so every node still gets its release: a slow or
+    /// unreachable node delays neither a step-down nor the next attempt. [`Redlock::settled`]
+    /// waits for them (shutdown does, before the process exits).
     pub async fn release(&self, value: &str, notify: bool) {
         let release = &scripts()[2];
         let channel = if notify { self.channel.as_str() } else { "" };
-        let all: FuturesUnordered<_> = self
+        let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|n| async move { n.eval(release, &[&self.key], &[value, channel]).await })
+            .map(|n| {
+                let (node, key) = (n.clone(), self.key.clone());
+                let (value, channel) = (value.to_string(), channel.to_string());
+                async move {
+                    node.eval(release, &[&key], &[&value, &channel])
+                        .await
+                        .is_ok()
+                }
+            })
             .collect();
-        all.collect::<Vec<_>>().await;
+        let quorum = self.quorum();
+        let mut confirmed = 0;
+        while let Some(ok) = pending.next().await {
+            confirmed += usize::from(ok);
+            if confirmed >= quorum {
+                break;
+            }
+        }
+        if pending.is_empty() {
+            return;
+        }
+        self.releasing.send_modify(|n| *n += 1);
+        let releasing = self.releasing.clone();
+        tokio::spawn(async move {
+            while pending.next().await.is_some() {}
+            releasing.send_modify(|n| *n -= 1);
+        });
+    }
+
+    /// Resolves once no release is still running on any node (see [`Redlock::release`]).
+    pub async fn settled(&self) {
+        let mut rx = self.releasing.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
     }
 
     /// Read the current holder's identity from a quorum of nodes' replies (for followers that

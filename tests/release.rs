@@ -1,0 +1,132 @@
+//! Release through the library, against real Redis servers: it returns at a quorum of
+//! confirmations, and the node that has not answered yet still gets its release.
+//!
+//! One of three nodes is frozen (SIGSTOP) between acquire and release. The release must return
+//! long before that node's per-node timeout, with the key gone from the two live nodes, while
+//! `settled()` keeps waiting; after SIGCONT the frozen node deletes the key too and `settled()`
+//! resolves. A release that waited for every node (the old behaviour) fails the first check.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use redlock_elector::config::{self, ProcessEnv};
+use redlock_elector::metrics::Metrics;
+use redlock_elector::redlock::{Acquire, Redlock};
+
+/// Per-node timeout: far above a loopback round trip, so "returned before it" cannot be luck.
+const TIMEOUT: Duration = Duration::from_millis(1500);
+/// A release that waited for the frozen node takes at least TIMEOUT; one that returns at the
+/// quorum takes a loopback round trip (about a millisecond).
+const QUORUM_BOUND: Duration = Duration::from_millis(750);
+
+fn library(nodes: &[Redis]) -> Redlock {
+    let mut args: Vec<String> = [
+        "redlock-elector",
+        "--lease",
+        "release-test",
+        "--ttl",
+        "20s",
+        "--redis-timeout",
+        "1500ms",
+        // The health check drops a connection whose INFO takes longer than this; kept above the
+        // command timeout so only the timeout could end the frozen node's release.
+        "--redis-connect-timeout",
+        "3s",
+        "--identity",
+        "t",
+        "--kubernetes",
+        "false",
+        // The servers were just started; quarantine is not what this test is about.
+        "--unsafe-disable-quarantine",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for n in nodes {
+        args.extend(["--redis".to_string(), n.url()]);
+    }
+    let cfg = match config::parse_args(args, &ProcessEnv) {
+        Ok(config::Command::Run(raw, unsafe_dq)) => config::validate(&raw, &ProcessEnv, unsafe_dq)
+            .unwrap_or_else(|e| panic!("test config invalid: {e}")),
+        _ => panic!("test config does not parse"),
+    };
+    Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock")
+}
+
+#[test]
+fn release_returns_at_quorum_and_the_slow_node_still_releases() {
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let redlock = library(&nodes);
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    for node in redlock.nodes() {
+        rt.spawn(node.clone().maintain(stop_rx.clone()));
+    }
+    let up = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        redlock.nodes().iter().all(|n| n.is_up()).then_some(())
+    });
+    assert!(
+        up.is_some(),
+        "the library did not connect to all three nodes"
+    );
+
+    let lease = match rt.block_on(redlock.acquire("t")) {
+        Acquire::Acquired(lease) => lease,
+        other => panic!("acquire on three free nodes failed: {other:?}"),
+    };
+    let key = redlock.key().to_string();
+    for n in &nodes {
+        assert_eq!(n.cli(&["GET", &key]).as_deref(), Some(lease.value.as_str()));
+    }
+
+    nodes[2].stop();
+    let started = Instant::now();
+    rt.block_on(redlock.release(&lease.value, true));
+    let took = started.elapsed();
+    report(
+        "release with one of three nodes frozen",
+        format!("{took:?}"),
+    );
+    assert!(
+        took < QUORUM_BOUND,
+        "release took {took:?}: it waited for the frozen node (timeout {TIMEOUT:?}) instead of returning at the quorum"
+    );
+    for n in &nodes[..2] {
+        assert_eq!(
+            n.cli(&["GET", &key]).as_deref(),
+            Some(""),
+            "a live node still holds the key after release returned"
+        );
+    }
+    let settled_early = rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(100), redlock.settled())
+            .await
+            .is_ok()
+    });
+    assert!(
+        !settled_early,
+        "settled() resolved while the frozen node's release was still out"
+    );
+
+    nodes[2].cont();
+    let settled = rt.block_on(async {
+        tokio::time::timeout(TIMEOUT * 2, redlock.settled())
+            .await
+            .is_ok()
+    });
+    assert!(settled, "settled() did not resolve after the node resumed");
+    let gone = wait_for(Duration::from_secs(2), Duration::from_millis(10), || {
+        (nodes[2].cli(&["GET", &key]).as_deref() == Some("")).then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "the frozen node never got its release: {:?}",
+        nodes[2].cli(&["GET", &key])
+    );
+}
