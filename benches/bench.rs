@@ -513,15 +513,18 @@ impl Bare {
 /// The same floor, deciding each round at the quorum-th reply like a Redlock client may:
 /// non-blocking sockets, busy-polled (faster to notice a reply than any readiness wait). Replies
 /// still owed by slower nodes are collected by the next round's poll, untimed between rounds.
+/// `scripted` runs our acquire and release scripts instead of `SET`/`DEL` (key, last proposal).
 struct BareQuorum {
     socks: Vec<TcpStream>,
+    /// Reply lines still owed per node.
     owed: Vec<usize>,
     set: Vec<u8>,
     del: Vec<u8>,
+    scripted: Option<(String, u64)>,
 }
 
 impl BareQuorum {
-    fn connect(urls: &[String], key: &str) -> BareQuorum {
+    fn connect(urls: &[String], key: &str, scripted: bool) -> BareQuorum {
         let bare = Bare::connect(urls, key);
         let socks: Vec<TcpStream> = bare.socks.into_iter().map(|(s, _)| s).collect();
         for s in &socks {
@@ -532,28 +535,35 @@ impl BareQuorum {
             socks,
             set: bare.set,
             del: bare.del,
+            scripted: scripted.then(|| (key.to_string(), 0)),
         }
     }
 
-    /// Read whatever arrived; each reply here is one line.
+    /// Read whatever arrived, counting reply lines.
     fn poll(&mut self) {
         let mut buf = [0u8; 256];
         for (s, owed) in self.socks.iter_mut().zip(&mut self.owed) {
             match s.read(&mut buf) {
                 Ok(0) => panic!("bare client: node closed the connection"),
-                Ok(n) => *owed -= buf[..n].iter().filter(|&&b| b == b'\n').count(),
+                Ok(n) => {
+                    let lines = buf[..n].iter().filter(|&&b| b == b'\n').count();
+                    *owed = owed
+                        .checked_sub(lines)
+                        .expect("bare client: a reply longer than expected");
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => panic!("bare client read: {e}"),
             }
         }
     }
 
-    /// Send `cmd` everywhere and return once a quorum of nodes owes nothing.
-    fn round(&mut self, cmd: &[u8]) {
+    /// Send `cmd` (whose reply has `lines` lines) everywhere and return once a quorum of nodes
+    /// owes nothing.
+    fn round(&mut self, cmd: &[u8], lines: usize) {
         let quorum = math::quorum(self.socks.len());
         for (s, owed) in self.socks.iter_mut().zip(&mut self.owed) {
             s.write_all(cmd).expect("bare write");
-            *owed += 1;
+            *owed += lines;
         }
         while self.owed.iter().filter(|&&o| o == 0).count() < quorum {
             self.poll();
@@ -562,9 +572,34 @@ impl BareQuorum {
     }
 
     fn acquire_release(&mut self) {
+        if let Some((key, proposed)) = &mut self.scripted {
+            // The library's arguments: a rising proposal, so every grant also writes the epoch.
+            // A grant is `*2 :1 :epoch` (3 lines), a release `:1` (1 line).
+            let [acquire, _, release] = scripts::scripts();
+            *proposed += 1;
+            let (value, epoch_key, p) = (
+                format!("bench#{proposed:048x}"),
+                format!("{key}:epoch"),
+                proposed.to_string(),
+            );
+            let take = resp_encode(&[
+                "EVALSHA",
+                &acquire.sha,
+                "2",
+                key,
+                &epoch_key,
+                &value,
+                "1000",
+                &p,
+            ]);
+            let give = resp_encode(&["EVALSHA", &release.sha, "1", key, &value, ""]);
+            self.round(take.as_bytes(), 3);
+            self.round(give.as_bytes(), 1);
+            return;
+        }
         let (set, del) = (std::mem::take(&mut self.set), std::mem::take(&mut self.del));
-        self.round(&set);
-        self.round(&del);
+        self.round(&set, 1);
+        self.round(&del, 1);
         (self.set, self.del) = (set, del);
     }
 
@@ -766,15 +801,16 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
         });
         assert!(ready.is_some(), "library nodes did not connect");
         let mut bare = Bare::connect(&urls, &format!("bench-bare-{i}"));
-        let mut bare_q = BareQuorum::connect(&urls, &format!("bench-bare-q-{i}"));
+        let mut bare_q = BareQuorum::connect(&urls, &format!("bench-bare-q-{i}"), false);
+        let mut bare_qs = BareQuorum::connect(&urls, &format!("bench-bare-qs-{i}"), true);
         let mut direct = rt.block_on(Direct::connect(&urls, &format!("bench-direct-{i}")));
         let rs = rslock::LockManager::new(urls);
         let rs_key = format!("bench-rslock-{i}");
         let ttl = Duration::from_secs(1);
-        let (ours, acq, rel, ren, theirs, floor, floor_q, floor_d) = rt.block_on(async {
+        let (ours, acq, rel, ren, theirs, floor, floor_q, floor_d, floor_qs) = rt.block_on(async {
             let (mut ours, mut acq, mut rel, mut ren, mut theirs, mut floor, mut floor_q) =
                 (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-            let mut floor_d = vec![];
+            let (mut floor_d, mut floor_qs) = (vec![], vec![]);
             for i in 0..iters + iters / 10 {
                 let warm = i < iters / 10;
                 // Ours: acquire (one SET NX round that also stores the fencing token), then release.
@@ -803,8 +839,13 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 direct.acquire_release().await;
                 let t7 = Instant::now();
                 direct.settle().await;
+                let t8 = Instant::now();
+                bare_qs.acquire_release();
+                let t9 = Instant::now();
+                bare_qs.settle();
                 if !warm {
                     floor_d.push(ms(t7 - t6));
+                    floor_qs.push(ms(t9 - t8));
                     floor.push(ms(t4 - t3));
                     floor_q.push(ms(t5 - t4));
                     ours.push(ms(t2 - t0));
@@ -822,7 +863,9 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 }
                 redlock.release(&lease.value, false).await;
             }
-            (ours, acq, rel, ren, theirs, floor, floor_q, floor_d)
+            (
+                ours, acq, rel, ren, theirs, floor, floor_q, floor_d, floor_qs,
+            )
         });
         let _ = stop_tx.send(true);
         let (o50, o99, t50, t99) = (
@@ -856,6 +899,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
             ("floor, bare blocking sockets, every reply p50", fl50, "ms", None, "SET NX + DEL; no runtime, no library, no script"),
             ("floor, bare busy-polled sockets, quorum p50", flq50, "ms", None, "SET NX + DEL, each round decided at the quorum-th reply"),
             ("floor, tokio sockets + our scripts, quorum p50", pct(&floor_d, 0.5), "ms", None, "a hand-written async client: our acquire + release scripts, each round decided at the quorum-th reply"),
+            ("floor, bare busy-polled sockets + our scripts, quorum p50", pct(&floor_qs, 0.5), "ms", None, "as the busy-polled floor, with our acquire + release scripts"),
         ];
         if five {
             rows.push(("floor / rslock p50", f50 / t50, "x", None, floor_note));
@@ -865,6 +909,13 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 "x",
                 None,
                 "what replacing redis-rs's connection could reach with our scripts",
+            ));
+            rows.push((
+                "busy-polled + our scripts / rslock p50",
+                pct(&floor_qs, 0.5) / t50,
+                "x",
+                None,
+                "what spinning a core could reach with our scripts",
             ));
             rows.push((
                 "ratio ours/rslock p50",
