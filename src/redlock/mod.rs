@@ -93,7 +93,7 @@ pub struct Redlock {
     /// quorum has since lost it (an empty restart of the only node the two quorums shared).
     epoch_seen: AtomicU64,
     /// Releases whose last commands still run in the background (see [`Redlock::release`]).
-    releasing: Arc<tokio::sync::watch::Sender<usize>>,
+    releasing: tokio::sync::watch::Sender<usize>,
 }
 
 /// The value stored in the key: `<identity>#<nonce>` with 192 random bits.
@@ -179,7 +179,7 @@ impl Redlock {
             drift: math::drift(config.lease.ttl, config.lease.drift_factor),
             metrics,
             epoch_seen: AtomicU64::new(0),
-            releasing: Arc::new(tokio::sync::watch::Sender::new(0)),
+            releasing: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -374,16 +374,16 @@ impl Redlock {
     pub async fn release(&self, value: &str, notify: bool) {
         let release = &scripts()[2];
         let channel = if notify { self.channel.as_str() } else { "" };
+        // Owned once for all nodes: the futures may outlive this call (see below).
+        let args = Arc::new([self.key.clone(), value.to_string(), channel.to_string()]);
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .map(|n| {
-                let (node, key) = (n.clone(), self.key.clone());
-                let (value, channel) = (value.to_string(), channel.to_string());
+                let (node, args) = (n.clone(), args.clone());
                 async move {
-                    node.eval(release, &[&key], &[&value, &channel])
-                        .await
-                        .is_ok()
+                    let [key, value, channel] = &*args;
+                    node.eval(release, &[key], &[value, channel]).await.is_ok()
                 }
             })
             .collect();
