@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redlock_elector::config::{self, ProcessEnv};
+use redlock_elector::config;
 use redlock_elector::metrics::Metrics;
 use redlock_elector::redlock::{Acquire, Redlock, math, scripts};
 use serde::Serialize;
@@ -245,7 +245,9 @@ fn ms_between(a: Instant, b: Instant) -> f64 {
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{Opts as SidecarOpts, Redis, Sidecar, View, binary, http, resp_encode};
+use common::{
+    Opts as SidecarOpts, Redis, Sidecar, View, binary, http, library_config, resp_encode,
+};
 
 /// Start the real sidecar with the binary's own defaults (ttl 10s, retryEvery 1s, timeout 50ms);
 /// `extra` flags come last and win.
@@ -381,8 +383,7 @@ fn subscribe_notices(port: u16, channel: &str, tx: mpsc::Sender<Instant>) {
 // 1. acquire + release: ours (library) vs rslock on the same nodes
 
 fn lib_config(lease: &str, urls: &[String], ttl: &str) -> config::Config {
-    let mut args: Vec<String> = [
-        "redlock-elector",
+    let mut args = vec![
         "--lease",
         lease,
         "--ttl",
@@ -391,20 +392,11 @@ fn lib_config(lease: &str, urls: &[String], ttl: &str) -> config::Config {
         "bench",
         "--kubernetes",
         "false",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ];
     for u in urls {
-        args.push("--redis".into());
-        args.push(u.clone());
+        args.extend(["--redis", u.as_str()]);
     }
-    match config::parse_args(args, &ProcessEnv) {
-        Ok(config::Command::Run(raw, _)) => {
-            config::validate(&raw, &ProcessEnv, false).expect("valid bench config")
-        }
-        _ => panic!("bench config does not parse"),
-    }
+    library_config(&args)
 }
 
 /// A TCP proxy to the node on `port` that delays every chunk towards the node by `delay` from
@@ -510,17 +502,61 @@ impl Bare {
     }
 }
 
+/// The library's acquire and release commands for the floor clients that run our scripts, with
+/// its arguments: a fresh value and a rising fencing proposal per acquisition, so every grant
+/// also writes the epoch. The scripts are on the nodes already: the library's handshake loaded
+/// them (the script cache is per server) before any floor client runs.
+struct ScriptedCommands {
+    key: String,
+    epoch_key: String,
+    proposed: u64,
+}
+
+impl ScriptedCommands {
+    fn new(key: &str) -> ScriptedCommands {
+        ScriptedCommands {
+            key: key.to_string(),
+            epoch_key: format!("{key}:epoch"),
+            proposed: 0,
+        }
+    }
+
+    /// The next (acquire, release) pair. A grant replies `*2 :1 :epoch`, a release `:1`.
+    fn next(&mut self) -> (String, String) {
+        let [acquire, _, release] = scripts::scripts();
+        self.proposed += 1;
+        let (value, proposed) = (
+            format!("bench#{:048x}", self.proposed),
+            self.proposed.to_string(),
+        );
+        let (key, epoch_key) = (self.key.as_str(), self.epoch_key.as_str());
+        (
+            resp_encode(&[
+                "EVALSHA",
+                &acquire.sha,
+                "2",
+                key,
+                epoch_key,
+                &value,
+                "1000",
+                &proposed,
+            ]),
+            resp_encode(&["EVALSHA", &release.sha, "1", key, &value, ""]),
+        )
+    }
+}
+
 /// The same floor, deciding each round at the quorum-th reply like a Redlock client may:
 /// non-blocking sockets, busy-polled (faster to notice a reply than any readiness wait). Replies
 /// still owed by slower nodes are collected by the next round's poll, untimed between rounds.
-/// `scripted` runs our acquire and release scripts instead of `SET`/`DEL` (key, last proposal).
+/// `scripted` runs our acquire and release scripts instead of `SET`/`DEL`.
 struct BareQuorum {
     socks: Vec<TcpStream>,
     /// Reply lines still owed per node.
     owed: Vec<usize>,
     set: Vec<u8>,
     del: Vec<u8>,
-    scripted: Option<(String, u64)>,
+    scripted: Option<ScriptedCommands>,
 }
 
 impl BareQuorum {
@@ -535,7 +571,7 @@ impl BareQuorum {
             socks,
             set: bare.set,
             del: bare.del,
-            scripted: scripted.then(|| (key.to_string(), 0)),
+            scripted: scripted.then(|| ScriptedCommands::new(key)),
         }
     }
 
@@ -572,27 +608,9 @@ impl BareQuorum {
     }
 
     fn acquire_release(&mut self) {
-        if let Some((key, proposed)) = &mut self.scripted {
-            // The library's arguments: a rising proposal, so every grant also writes the epoch.
-            // A grant is `*2 :1 :epoch` (3 lines), a release `:1` (1 line).
-            let [acquire, _, release] = scripts::scripts();
-            *proposed += 1;
-            let (value, epoch_key, p) = (
-                format!("bench#{proposed:048x}"),
-                format!("{key}:epoch"),
-                proposed.to_string(),
-            );
-            let take = resp_encode(&[
-                "EVALSHA",
-                &acquire.sha,
-                "2",
-                key,
-                &epoch_key,
-                &value,
-                "1000",
-                &p,
-            ]);
-            let give = resp_encode(&["EVALSHA", &release.sha, "1", key, &value, ""]);
+        if let Some(commands) = &mut self.scripted {
+            // A grant is 3 lines, a release 1.
+            let (take, give) = commands.next();
             self.round(take.as_bytes(), 3);
             self.round(give.as_bytes(), 1);
             return;
@@ -619,9 +637,7 @@ impl BareQuorum {
 /// slower nodes are collected untimed between runs, as for `BareQuorum`.
 struct Direct {
     conns: Vec<DirectConn>,
-    key: String,
-    epoch_key: String,
-    proposed: u64,
+    commands: ScriptedCommands,
 }
 
 struct DirectConn {
@@ -691,28 +707,15 @@ impl Direct {
                 .await
                 .expect("direct client connect");
             stream.set_nodelay(true).expect("TCP_NODELAY");
-            let mut c = DirectConn {
+            conns.push(DirectConn {
                 stream,
                 buf: Vec::new(),
                 owed: 0,
-            };
-            for s in scripts::scripts() {
-                let reply = c
-                    .call(resp_encode(&["SCRIPT", "LOAD", s.source]).as_bytes())
-                    .await;
-                assert!(
-                    reply.ends_with(format!("{}\r\n", s.sha).as_bytes()),
-                    "direct client: SCRIPT LOAD answered {:?}",
-                    String::from_utf8_lossy(&reply)
-                );
-            }
-            conns.push(c);
+            });
         }
         Direct {
             conns,
-            key: key.to_string(),
-            epoch_key: format!("{key}:epoch"),
-            proposed: 0,
+            commands: ScriptedCommands::new(key),
         }
     }
 
@@ -740,21 +743,7 @@ impl Direct {
     }
 
     async fn acquire_release(&mut self) {
-        let [acquire, _, release] = scripts::scripts();
-        self.proposed += 1;
-        let value = format!("bench#{:048x}", self.proposed);
-        let (key, epoch_key, proposed) = (&self.key, &self.epoch_key, self.proposed.to_string());
-        let take = resp_encode(&[
-            "EVALSHA",
-            &acquire.sha,
-            "2",
-            key,
-            epoch_key,
-            &value,
-            "1000",
-            &proposed,
-        ]);
-        let give = resp_encode(&["EVALSHA", &release.sha, "1", key, &value, ""]);
+        let (take, give) = self.commands.next();
         self.round(take.as_bytes(), b"*2\r\n:1\r\n").await;
         self.round(give.as_bytes(), b":1\r\n").await;
     }

@@ -11,7 +11,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redlock_elector::config::{self, ProcessEnv};
 use redlock_elector::metrics::Metrics;
 use redlock_elector::redlock::{Acquire, Redlock};
 
@@ -22,8 +21,8 @@ const TIMEOUT: Duration = Duration::from_millis(1500);
 const QUORUM_BOUND: Duration = Duration::from_millis(750);
 
 fn library(nodes: &[Redis]) -> Redlock {
-    let mut args: Vec<String> = [
-        "redlock-elector",
+    let urls: Vec<String> = nodes.iter().map(Redis::url).collect();
+    let mut args = vec![
         "--lease",
         "release-test",
         "--ttl",
@@ -40,18 +39,11 @@ fn library(nodes: &[Redis]) -> Redlock {
         "false",
         // The servers were just started; quarantine is not what this test is about.
         "--unsafe-disable-quarantine",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for n in nodes {
-        args.extend(["--redis".to_string(), n.url()]);
+    ];
+    for u in &urls {
+        args.extend(["--redis", u.as_str()]);
     }
-    let cfg = match config::parse_args(args, &ProcessEnv) {
-        Ok(config::Command::Run(raw, unsafe_dq)) => config::validate(&raw, &ProcessEnv, unsafe_dq)
-            .unwrap_or_else(|e| panic!("test config invalid: {e}")),
-        _ => panic!("test config does not parse"),
-    };
+    let cfg = library_config(&args);
     Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock")
 }
 

@@ -224,6 +224,21 @@ pub fn resp_command(port: u16, args: &[&str]) -> Option<String> {
     }
 }
 
+/// The validated config for `redlock-elector <args>` (flags only, as the binary parses them,
+/// hidden `--unsafe-disable-quarantine` included), for tests and benchmarks of the library API.
+pub fn library_config(args: &[&str]) -> redlock_elector::config::Config {
+    use redlock_elector::config::{self, ProcessEnv};
+    let argv = std::iter::once("redlock-elector")
+        .chain(args.iter().copied())
+        .map(String::from)
+        .collect::<Vec<_>>();
+    match config::parse_args(argv, &ProcessEnv) {
+        Ok(config::Command::Run(raw, unsafe_dq)) => config::validate(&raw, &ProcessEnv, unsafe_dq)
+            .unwrap_or_else(|e| panic!("invalid library config {args:?}: {e}")),
+        _ => panic!("library config does not parse: {args:?}"),
+    }
+}
+
 /// Options for one sidecar. The defaults (ttl 1s, retryEvery 200ms, timeout 50ms) are what
 /// most tests use.
 #[derive(Clone)]
