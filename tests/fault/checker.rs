@@ -26,7 +26,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -198,6 +198,8 @@ struct Target {
     port: AtomicU16,
     /// Bumped for every new process.
     generation: AtomicU32,
+    /// Answers received so far.
+    answered: AtomicU64,
 }
 
 /// Spacing of one slot's requests, for the report.
@@ -290,7 +292,29 @@ impl Checker {
     }
 
     /// Stop polling and hand over what was seen. Every sidecar must answer (not be stopped).
+    ///
+    /// First every running slot answers a request sent after this call (up to 2 s), so the state
+    /// the caller just observed through its own requests is in the record too, however late a
+    /// loaded machine schedules the pollers.
     pub fn finish(self) -> Observations {
+        let since: Vec<Option<u64>> = self
+            .targets
+            .iter()
+            .map(|t| {
+                (t.port.load(Ordering::SeqCst) != 0).then(|| t.answered.load(Ordering::SeqCst))
+            })
+            .collect();
+        // Two more answers: the first may come from a request already in flight.
+        let caught_up = || {
+            self.targets
+                .iter()
+                .zip(&since)
+                .all(|(t, s)| s.is_none_or(|n| t.answered.load(Ordering::SeqCst) >= n + 2))
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !caught_up() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         self.stop.store(true, Ordering::SeqCst);
         let mut segments = Vec::new();
         let mut stats = Vec::new();
@@ -356,6 +380,7 @@ fn poll(slot: usize, t0: Instant, target: &Target, stop: &AtomicBool) -> (Vec<Se
         }
         last_sent = Some(sent);
         stats.answers += 1;
+        target.answered.fetch_add(1, Ordering::SeqCst);
         let at = (sent - t0, received - t0);
         let token = if a.is_leader { a.fencing_token } else { None };
         match segments.last_mut() {
