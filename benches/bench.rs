@@ -757,6 +757,23 @@ impl Direct {
     }
 }
 
+/// Per-iteration times (ms) of one acquire scenario.
+#[derive(Default)]
+struct Samples {
+    /// Ours: acquire + release, acquire alone, release alone, one renew round.
+    ours: Vec<f64>,
+    acq: Vec<f64>,
+    rel: Vec<f64>,
+    ren: Vec<f64>,
+    /// rslock: lock + unlock.
+    theirs: Vec<f64>,
+    /// Floors: bare blocking, bare busy-polled, tokio + our scripts, busy-polled + our scripts.
+    floor: Vec<f64>,
+    floor_q: Vec<f64>,
+    floor_d: Vec<f64>,
+    floor_qs: Vec<f64>,
+}
+
 fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[Redis]) {
     eprintln!("== acquire + release (library API) vs rslock 0.10");
     let iters = o.n(2000, 200);
@@ -796,10 +813,8 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
         let rs = rslock::LockManager::new(urls);
         let rs_key = format!("bench-rslock-{i}");
         let ttl = Duration::from_secs(1);
-        let (ours, acq, rel, ren, theirs, floor, floor_q, floor_d, floor_qs) = rt.block_on(async {
-            let (mut ours, mut acq, mut rel, mut ren, mut theirs, mut floor, mut floor_q) =
-                (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-            let (mut floor_d, mut floor_qs) = (vec![], vec![]);
+        let s = rt.block_on(async {
+            let mut s = Samples::default();
             for i in 0..iters + iters / 10 {
                 let warm = i < iters / 10;
                 // Ours: acquire (one SET NX round that also stores the fencing token), then release.
@@ -833,14 +848,14 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 let t9 = Instant::now();
                 bare_qs.settle();
                 if !warm {
-                    floor_d.push(ms(t7 - t6));
-                    floor_qs.push(ms(t9 - t8));
-                    floor.push(ms(t4 - t3));
-                    floor_q.push(ms(t5 - t4));
-                    ours.push(ms(t2 - t0));
-                    acq.push(ms(t1 - t0));
-                    rel.push(ms(t2 - t1));
-                    theirs.push(ms(t3 - t2));
+                    s.ours.push(ms(t2 - t0));
+                    s.acq.push(ms(t1 - t0));
+                    s.rel.push(ms(t2 - t1));
+                    s.theirs.push(ms(t3 - t2));
+                    s.floor.push(ms(t4 - t3));
+                    s.floor_q.push(ms(t5 - t4));
+                    s.floor_d.push(ms(t7 - t6));
+                    s.floor_qs.push(ms(t9 - t8));
                 }
             }
             // One renew round alone, for reference: the cost of one script round on every node.
@@ -848,28 +863,27 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                 for _ in 0..iters / 2 {
                     let t = Instant::now();
                     let _ = redlock.renew(&lease).await;
-                    ren.push(ms(t.elapsed()));
+                    s.ren.push(ms(t.elapsed()));
                 }
                 redlock.release(&lease.value, false).await;
             }
-            (
-                ours, acq, rel, ren, theirs, floor, floor_q, floor_d, floor_qs,
-            )
+            s
         });
         let _ = stop_tx.send(true);
         let (o50, o99, t50, t99) = (
-            pct(&ours, 0.5),
-            pct(&ours, 0.99),
-            pct(&theirs, 0.5),
-            pct(&theirs, 0.99),
+            pct(&s.ours, 0.5),
+            pct(&s.ours, 0.99),
+            pct(&s.theirs, 0.5),
+            pct(&s.theirs, 0.99),
         );
-        let (fl50, flq50) = (pct(&floor, 0.5), pct(&floor_q, 0.5));
+        let (fl50, flq50) = (pct(&s.floor, 0.5), pct(&s.floor_q, 0.5));
+        let (fd50, fqs50) = (pct(&s.floor_d, 0.5), pct(&s.floor_qs, 0.5));
         // The lower of the two floors: what no lock client can beat on these nodes.
         let f50 = fl50.min(flq50);
         let rounds = format!(
             "release p50 {} ms, renew round p50 {} ms",
-            fmt_val(pct(&rel, 0.5)),
-            fmt_val(pct(&ren, 0.5))
+            fmt_val(pct(&s.rel, 0.5)),
+            fmt_val(pct(&s.ren, 0.5))
         );
         let floor_note = if f50 / t50 > 0.5 {
             "above 0.5: the halving target is below what the hardware allows here"
@@ -884,24 +898,24 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
             ("ours acquire+release p99", o99, "ms", None, ""),
             ("rslock lock+unlock p50", t50, "ms", None, "rslock: SET NX round (waits for all nodes) + unlock"),
             ("rslock lock+unlock p99", t99, "ms", None, ""),
-            ("ours acquire / release / one renew round p50", pct(&acq, 0.5), "ms", None, &rounds),
+            ("ours acquire / release / one renew round p50", pct(&s.acq, 0.5), "ms", None, &rounds),
             ("floor, bare blocking sockets, every reply p50", fl50, "ms", None, "SET NX + DEL; no runtime, no library, no script"),
             ("floor, bare busy-polled sockets, quorum p50", flq50, "ms", None, "SET NX + DEL, each round decided at the quorum-th reply"),
-            ("floor, tokio sockets + our scripts, quorum p50", pct(&floor_d, 0.5), "ms", None, "a hand-written async client: our acquire + release scripts, each round decided at the quorum-th reply"),
-            ("floor, bare busy-polled sockets + our scripts, quorum p50", pct(&floor_qs, 0.5), "ms", None, "as the busy-polled floor, with our acquire + release scripts"),
+            ("floor, tokio sockets + our scripts, quorum p50", fd50, "ms", None, "a hand-written async client: our acquire + release scripts, each round decided at the quorum-th reply"),
+            ("floor, bare busy-polled sockets + our scripts, quorum p50", fqs50, "ms", None, "as the busy-polled floor, with our acquire + release scripts"),
         ];
         if five {
             rows.push(("floor / rslock p50", f50 / t50, "x", None, floor_note));
             rows.push((
                 "tokio sockets + our scripts / rslock p50",
-                pct(&floor_d, 0.5) / t50,
+                fd50 / t50,
                 "x",
                 None,
                 "what replacing redis-rs's connection could reach with our scripts",
             ));
             rows.push((
                 "busy-polled + our scripts / rslock p50",
-                pct(&floor_qs, 0.5) / t50,
+                fqs50 / t50,
                 "x",
                 None,
                 "what spinning a core could reach with our scripts",
