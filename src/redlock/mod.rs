@@ -221,16 +221,23 @@ impl Redlock {
         let proposed_arg = proposed.to_string();
         let acquire = &scripts()[0];
         let t1 = Instant::now();
+        // A node that cannot count (quarantined) gets no proposal to store: its vote is not
+        // needed for the token, and failed attempts during a quarantine would otherwise raise
+        // the epoch once per retry. Its yes is then never counted, even if the quarantine ends
+        // before it answers. When fewer than a quorum can count, the attempt cannot win, so no
+        // node gets a proposal: nodes leaving quarantine one by one must not inflate the epoch.
+        let eligible: Vec<bool> = self.nodes.iter().map(|n| n.counts(t1)).collect();
+        let can_win = eligible.iter().filter(|&&e| e).count() >= self.quorum();
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|n| {
-                // A node that cannot count (quarantined) gets no proposal to store: its vote is
-                // not needed for the token, and failed attempts during a quarantine would
-                // otherwise raise the epoch once per retry. Its yes is then never counted, even
-                // if the quarantine ends before it answers.
-                let eligible = n.counts(t1);
-                let proposed = if eligible { proposed_arg.as_str() } else { "0" };
+            .zip(eligible)
+            .map(|(n, eligible)| {
+                let proposed = if eligible && can_win {
+                    proposed_arg.as_str()
+                } else {
+                    "0"
+                };
                 let (value, ttl_ms) = (&value, &ttl_ms);
                 async move {
                     let r = n
