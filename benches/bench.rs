@@ -521,9 +521,11 @@ impl ScriptedCommands {
         }
     }
 
-    /// The next (acquire, release) pair. A grant replies `*2 :1 :epoch`, a release `:1`.
+    /// The next (acquire, release) pair. A grant replies `*3 :time :1 :epoch`, a release
+    /// `*2 :time :1`.
     fn next(&mut self) -> (String, String) {
-        let [acquire, _, release] = scripts::scripts();
+        let scripts = scripts::scripts();
+        let (acquire, release) = (&scripts.acquire, &scripts.release);
         self.proposed += 1;
         let (value, proposed) = (
             format!("bench#{:048x}", self.proposed),
@@ -540,6 +542,7 @@ impl ScriptedCommands {
                 &value,
                 "1000",
                 &proposed,
+                "take",
             ]),
             resp_encode(&["EVALSHA", &release.sha, "1", key, &value, ""]),
         )
@@ -609,10 +612,10 @@ impl BareQuorum {
 
     fn acquire_release(&mut self) {
         if let Some(commands) = &mut self.scripted {
-            // A grant is 3 lines, a release 1.
+            // A grant is 4 lines (time, 1, epoch), a release 3 (time, 1).
             let (take, give) = commands.next();
-            self.round(take.as_bytes(), 3);
-            self.round(give.as_bytes(), 1);
+            self.round(take.as_bytes(), 4);
+            self.round(give.as_bytes(), 3);
             return;
         }
         let (set, del) = (std::mem::take(&mut self.set), std::mem::take(&mut self.del));
@@ -730,8 +733,9 @@ impl Direct {
         let mut pending: FuturesUnordered<_> = self.conns.iter_mut().map(|c| c.reply()).collect();
         let mut yes = 0;
         while let Some(reply) = pending.next().await {
+            // `*N :time :1 ...`: the element after the node's time is the grant.
             assert!(
-                reply.starts_with(expect),
+                reply.starts_with(expect) && reply.split(|&b| b == b'\n').nth(2) == Some(b":1\r"),
                 "direct client: unexpected reply {:?}",
                 String::from_utf8_lossy(&reply)
             );
@@ -744,8 +748,8 @@ impl Direct {
 
     async fn acquire_release(&mut self) {
         let (take, give) = self.commands.next();
-        self.round(take.as_bytes(), b"*2\r\n:1\r\n").await;
-        self.round(give.as_bytes(), b":1\r\n").await;
+        self.round(take.as_bytes(), b"*3\r\n").await;
+        self.round(give.as_bytes(), b"*2\r\n").await;
     }
 
     /// Collect every reply still owed (between timed runs).

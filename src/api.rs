@@ -24,6 +24,9 @@ use warp::{Filter, Rejection, Reply};
 use crate::elector::{StepDown, StepDownRequest};
 use crate::leadership::{Leadership, View};
 
+/// Which Redis nodes' votes count for this sidecar at a given instant (endpoint, counts).
+pub type Eligibility = Arc<dyn Fn(Instant) -> Vec<(String, bool)> + Send + Sync>;
+
 /// Longest accepted long-poll.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
@@ -36,14 +39,27 @@ pub struct Shared {
     pub identity: Arc<str>,
     /// Leadership as the elector publishes it.
     pub leadership: watch::Receiver<Leadership>,
+    /// The nodes' eligibility, for the `eligible` and `nodes` fields.
+    pub eligibility: Eligibility,
 }
 
 impl Shared {
     /// The answer right now.
     pub fn view(&self) -> View {
-        self.leadership
+        let now = Instant::now();
+        let view = self
+            .leadership
             .borrow()
-            .view(&self.lease, &self.identity, Instant::now())
+            .view(&self.lease, &self.identity, now);
+        self.with_nodes(view, now)
+    }
+
+    /// Fill in the nodes' eligibility at `now`.
+    fn with_nodes(&self, mut view: View, now: Instant) -> View {
+        view.nodes = (self.eligibility)(now).into_iter().collect();
+        let counting = view.nodes.values().filter(|&&c| c).count();
+        view.eligible = counting >= crate::redlock::math::quorum(view.nodes.len());
+        view
     }
 }
 
@@ -59,12 +75,12 @@ pub async fn wait_for_change(shared: &Shared, version: u64, until: Instant) -> V
             )
         };
         if view.version != version || Instant::now() >= until {
-            return view;
+            return shared.with_nodes(view, Instant::now());
         }
         // The view also changes, without a publish, when the term's deadline passes.
         let wake = deadline.map_or(until, |d| d.min(until));
         tokio::select! {
-            r = rx.changed() => if r.is_err() { return view },
+            r = rx.changed() => if r.is_err() { return shared.with_nodes(view, Instant::now()) },
             _ = sleep_until(wake) => {}
         }
     }

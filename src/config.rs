@@ -212,8 +212,8 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// Logging.
     pub log: LogConfig,
-    /// Test-only: count quarantined nodes anyway, to show the hazard quarantine prevents.
-    pub unsafe_disable_quarantine: bool,
+    /// Test-only switches that turn a safety mechanism off, to show the hazard it prevents.
+    pub unsafe_switches: UnsafeSwitches,
     /// Non-fatal findings (e.g. an even number of endpoints), logged once logging is up.
     pub warnings: Vec<String>,
 }
@@ -602,9 +602,34 @@ pub fn apply_env(raw: &mut Raw, env: &dyn Env) {
 #[derive(Debug)]
 pub enum Command {
     /// Run the sidecar with this raw config (file + env + flags).
-    Run(Box<Raw>, bool),
+    Run(Box<Raw>, UnsafeSwitches),
     /// Validate and print.
-    CheckConfig(Box<Raw>, bool),
+    CheckConfig(Box<Raw>, UnsafeSwitches),
+}
+
+/// Hidden, test-only flags that turn a safety mechanism off so a test can show the hazard it
+/// prevents. Never set in production: mutual exclusion is then not guaranteed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnsafeSwitches {
+    /// `--unsafe-disable-quarantine`: restarted nodes count at once.
+    pub quarantine_off: bool,
+    /// `--unsafe-disable-clock-check`: no clock-jump detection, and nodes count without having
+    /// been watched for ttl + margin.
+    pub clock_check_off: bool,
+}
+
+impl UnsafeSwitches {
+    /// One warning per switch that is on, for the log.
+    pub fn warnings(&self) -> Vec<&'static str> {
+        let mut w = Vec::new();
+        if self.quarantine_off {
+            w.push("--unsafe-disable-quarantine: restarted nodes count at once; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.clock_check_off {
+            w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        w
+    }
 }
 
 /// Build the clap command from the settings table.
@@ -624,6 +649,13 @@ pub fn cli() -> clap::Command {
         .arg(
             Arg::new("unsafe-disable-quarantine")
                 .long("unsafe-disable-quarantine")
+                .action(ArgAction::SetTrue)
+                .hide(true)
+                .global(true),
+        )
+        .arg(
+            Arg::new("unsafe-disable-clock-check")
+                .long("unsafe-disable-clock-check")
                 .action(ArgAction::SetTrue)
                 .hide(true)
                 .global(true),
@@ -672,7 +704,10 @@ where
         Some(("check-config", sub)) => (sub.get_one::<String>("file").cloned(), true),
         _ => (m.get_one::<String>("config").cloned(), false),
     };
-    let unsafe_dq = m.get_flag("unsafe-disable-quarantine");
+    let switches = UnsafeSwitches {
+        quarantine_off: m.get_flag("unsafe-disable-quarantine"),
+        clock_check_off: m.get_flag("unsafe-disable-clock-check"),
+    };
     let mut raw = match file {
         Some(path) => {
             let p = PathBuf::from(&path);
@@ -699,9 +734,9 @@ where
         }
     }
     Ok(if check {
-        Command::CheckConfig(Box::new(raw), unsafe_dq)
+        Command::CheckConfig(Box::new(raw), switches)
     } else {
-        Command::Run(Box::new(raw), unsafe_dq)
+        Command::Run(Box::new(raw), switches)
     })
 }
 
@@ -823,7 +858,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 pub fn validate(
     raw: &Raw,
     env: &dyn Env,
-    unsafe_disable_quarantine: bool,
+    unsafe_switches: UnsafeSwitches,
 ) -> Result<Config, ConfigError> {
     let mut warnings = Vec::new();
 
@@ -1157,7 +1192,7 @@ pub fn validate(
         ops_listen,
         kubernetes,
         log: LogConfig { format, level },
-        unsafe_disable_quarantine,
+        unsafe_switches,
         warnings,
     })
 }
@@ -1377,7 +1412,7 @@ mod tests {
     fn load(yaml: &str, e: &FakeEnv) -> Result<Config, ConfigError> {
         let mut raw = parse_file(Path::new("c.yaml"), yaml)?;
         apply_env(&mut raw, e);
-        validate(&raw, e, false)
+        validate(&raw, e, UnsafeSwitches::default())
     }
 
     const OK: &str =
@@ -1415,14 +1450,17 @@ mod tests {
         );
         let cmd = parse_args(["re", "--config", "f.yaml", "--ttl", "3s"], &e).unwrap();
         let Command::Run(raw, _) = cmd else { panic!() };
-        let c = validate(&raw, &e, false).unwrap();
+        let c = validate(&raw, &e, UnsafeSwitches::default()).unwrap();
         assert_eq!(c.lease.ttl, Duration::from_secs(3));
         assert_eq!(c.redis.endpoints.len(), 2);
         assert!(c.warnings[0].contains("even"));
         let cmd = parse_args(["re", "--config", "f.yaml"], &e).unwrap();
         let Command::Run(raw, _) = cmd else { panic!() };
         assert_eq!(
-            validate(&raw, &e, false).unwrap().lease.ttl,
+            validate(&raw, &e, UnsafeSwitches::default())
+                .unwrap()
+                .lease
+                .ttl,
             Duration::from_secs(5)
         );
     }
@@ -1533,7 +1571,7 @@ mod tests {
         raw.set("lease.name", "a".into());
         raw.set("redis.endpoints", "redis://a".into());
         assert!(
-            !validate(&raw, &e, false)
+            !validate(&raw, &e, UnsafeSwitches::default())
                 .unwrap()
                 .kubernetes
                 .fencing_token_annotation
@@ -1563,7 +1601,7 @@ mod tests {
         )
         .unwrap();
         let Command::Run(raw, _) = cmd else { panic!() };
-        let c = validate(&raw, &e, false).unwrap();
+        let c = validate(&raw, &e, UnsafeSwitches::default()).unwrap();
         assert!(c.kubernetes.is_enabled());
         assert_eq!(c.redis.endpoints.len(), 3, "--redis still accumulates");
     }

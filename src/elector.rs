@@ -304,6 +304,14 @@ impl Elector {
                     } else {
                         Instant::now() + retry
                     };
+                    // Fewer than a quorum count yet (this sidecar still watches the nodes'
+                    // clocks, or they are quarantined): attempts before then only probe, so the
+                    // next one that can win goes out the moment a quorum counts.
+                    let now = Instant::now();
+                    if let Some(at) = self.redlock.quorum_counts_at().filter(|at| *at > now) {
+                        let at = at + Duration::from_micros(rand::rng().random_range(0..2_000));
+                        next_attempt = at.min(now + retry);
+                    }
                 }
                 Acquire::Error => {
                     fast_streak = 0;

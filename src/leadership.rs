@@ -4,6 +4,8 @@
 //! at the moment of answering, so a sidecar that was paused past its deadline never says
 //! "leader", even before the elector's own timer has fired.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -54,6 +56,11 @@ pub struct View {
     pub valid_for_ms: u64,
     /// Change counter.
     pub version: u64,
+    /// Whether this sidecar's votes from a quorum of nodes count right now (so it could win):
+    /// false while it watches the nodes' clocks after starting, or while nodes are quarantined.
+    pub eligible: bool,
+    /// Per Redis endpoint (`host:port`): whether its vote counts for this sidecar right now.
+    pub nodes: BTreeMap<String, bool>,
 }
 
 impl Leadership {
@@ -83,6 +90,8 @@ impl Leadership {
                 t.deadline.saturating_duration_since(now).as_millis() as u64
             }),
             version: s.version,
+            eligible: false,
+            nodes: BTreeMap::new(),
         }
     }
 

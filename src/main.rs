@@ -15,8 +15,8 @@ fn main() -> ExitCode {
         }
     };
     match cmd {
-        Command::CheckConfig(raw, unsafe_dq) => {
-            match config::validate(&raw, &ProcessEnv, unsafe_dq) {
+        Command::CheckConfig(raw, switches) => {
+            match config::validate(&raw, &ProcessEnv, switches) {
                 Ok(c) => {
                     for w in &c.warnings {
                         eprintln!("warning: {w}");
@@ -30,8 +30,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Run(raw, unsafe_dq) => {
-            let cfg = match config::validate(&raw, &ProcessEnv, unsafe_dq) {
+        Command::Run(raw, switches) => {
+            let cfg = match config::validate(&raw, &ProcessEnv, switches) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("redlock-elector: invalid config: {e}");
@@ -42,10 +42,8 @@ fn main() -> ExitCode {
             for w in &cfg.warnings {
                 tracing::warn!("{w}");
             }
-            if cfg.unsafe_disable_quarantine {
-                tracing::warn!(
-                    "--unsafe-disable-quarantine: restarted nodes count at once; mutual exclusion is NOT guaranteed (tests only)"
-                );
+            for w in cfg.unsafe_switches.warnings() {
+                tracing::warn!("{w}");
             }
             // Installing the process-wide TLS provider fails only if one is installed already.
             let _ = rustls::crypto::ring::default_provider().install_default();

@@ -41,8 +41,14 @@ pub struct Metrics {
     pub lease_info: IntGaugeVec,
     /// 1 while a verified connection to the endpoint is up.
     pub redis_up: IntGaugeVec,
-    /// 1 while the endpoint does not count toward a quorum (restart, replica, evicting policy).
+    /// 1 while the endpoint does not count toward a quorum (restart, clock jump, replica,
+    /// evicting policy).
     pub redis_quarantined: IntGaugeVec,
+    /// 1 while this sidecar counts the endpoint's vote: connected, not quarantined, and its clock
+    /// watched long enough (evaluated at scrape time).
+    pub redis_eligible: IntGaugeVec,
+    /// Wall-clock jumps detected on the endpoint, by direction: forward | backward.
+    pub redis_clock_jumps: IntCounterVec,
     /// Per-endpoint command latency.
     pub redis_command_duration: HistogramVec,
     /// Per-endpoint command failures by kind: timeout | error | not_connected.
@@ -159,9 +165,25 @@ impl Metrics {
         let redis_quarantined = IntGaugeVec::new(
             Opts::new(
                 "redlock_elector_redis_quarantined",
-                "1 while the endpoint does not count toward a quorum (recent restart, replica, evicting maxmemory-policy)",
+                "1 while the endpoint does not count toward a quorum (recent restart, clock jump, replica, evicting maxmemory-policy)",
             ),
             &["endpoint"],
+        )
+        .unwrap();
+        let redis_eligible = IntGaugeVec::new(
+            Opts::new(
+                "redlock_elector_redis_eligible",
+                "1 while this sidecar counts the endpoint's vote toward a quorum (connected, not quarantined, clock watched for ttl + margin)",
+            ),
+            &["endpoint"],
+        )
+        .unwrap();
+        let redis_clock_jumps = IntCounterVec::new(
+            Opts::new(
+                "redlock_elector_redis_clock_jumps_total",
+                "Wall-clock jumps detected on the endpoint (its TIME moved more or less than the monotonic clock allows)",
+            ),
+            &["endpoint", "direction"],
         )
         .unwrap();
         let redis_command_duration = HistogramVec::new(
@@ -229,6 +251,8 @@ impl Metrics {
             Box::new(lease_info.clone()),
             Box::new(redis_up.clone()),
             Box::new(redis_quarantined.clone()),
+            Box::new(redis_eligible.clone()),
+            Box::new(redis_clock_jumps.clone()),
             Box::new(redis_command_duration.clone()),
             Box::new(redis_command_errors.clone()),
             Box::new(stalled.clone()),
@@ -255,6 +279,8 @@ impl Metrics {
             lease_info,
             redis_up,
             redis_quarantined,
+            redis_eligible,
+            redis_clock_jumps,
             redis_command_duration,
             redis_command_errors,
             stalled,

@@ -90,6 +90,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         lease: config.lease.name.as_str().into(),
         identity: config.identity.as_str().into(),
         leadership: handles.leadership.clone(),
+        eligibility: {
+            let redlock = redlock.clone();
+            Arc::new(move |now| redlock.eligibility(now))
+        },
     };
     let api_addr = api_listener.local_addr().ok();
     let ops_addr = ops_listener.local_addr().ok();

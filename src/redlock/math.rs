@@ -75,6 +75,14 @@ pub fn free_quorum_in(n: usize, mut denied_pttl: Vec<Duration>) -> Option<Durati
     denied_pttl.get(q - free_now - 1).copied()
 }
 
+/// The moment `quorum` of the given per-node instants have passed: the quorum-th earliest.
+/// `None` entries (never, or unknown) do not count.
+pub fn quorum_at<T: Ord + Copy>(from: impl Iterator<Item = Option<T>>, quorum: usize) -> Option<T> {
+    let mut known: Vec<T> = from.flatten().collect();
+    known.sort();
+    known.get(quorum.checked_sub(1)?).copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +133,16 @@ mod tests {
         assert_eq!(t.decided(), None);
         t.yes = 2;
         assert_eq!(t.decided(), Some(true));
+    }
+
+    #[test]
+    fn quorum_at_is_the_quorum_th_earliest() {
+        assert_eq!(quorum_at([Some(3), None, Some(1)].into_iter(), 2), Some(3));
+        assert_eq!(quorum_at([Some(3), None, None].into_iter(), 2), None);
+        assert_eq!(
+            quorum_at([Some(5), Some(4), Some(9)].into_iter(), 1),
+            Some(4)
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! become impossible. Timings follow SPEC: T1 is taken before sending; validity is
 //! `ttl − elapsed − drift`; the deadline is `T1 + ttl − drift`.
 
+pub mod clock;
 pub mod math;
 pub mod node;
 pub mod scripts;
@@ -165,7 +166,12 @@ impl Redlock {
                 ep.clone(),
                 &config.redis,
                 config.lease.ttl,
-                config.unsafe_disable_quarantine,
+                config.unsafe_switches.quarantine_off,
+                clock::Policy::new(
+                    config.lease.ttl,
+                    config.lease.drift_factor,
+                    !config.unsafe_switches.clock_check_off,
+                ),
                 metrics.clone(),
             )?);
         }
@@ -219,15 +225,18 @@ impl Redlock {
         // node stores it (set-if-greater) together with the key.
         let proposed = self.epoch_seen.load(Ordering::SeqCst) + 1;
         let proposed_arg = proposed.to_string();
-        let acquire = &scripts()[0];
+        let acquire = &scripts().acquire;
         let t1 = Instant::now();
         // A node that cannot count (quarantined) gets no proposal to store: its vote is not
         // needed for the token, and failed attempts during a quarantine would otherwise raise
         // the epoch once per retry. Its yes is then never counted, even if the quarantine ends
         // before it answers. When fewer than a quorum can count, the attempt cannot win, so no
         // node gets a proposal: nodes leaving quarantine one by one must not inflate the epoch.
+        // Nor does it take any key (a probe): it would only split the vote of contenders that
+        // can win.
         let eligible: Vec<bool> = self.nodes.iter().map(|n| n.counts(t1)).collect();
         let can_win = eligible.iter().filter(|&&e| e).count() >= self.quorum();
+        let mode = if can_win { "take" } else { "probe" };
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
@@ -244,7 +253,7 @@ impl Redlock {
                         .eval(
                             acquire,
                             &[&self.key, &self.epoch_key],
-                            &[value, ttl_ms, proposed],
+                            &[value, ttl_ms, proposed, mode],
                         )
                         .await;
                     (n, eligible, parse_acquire(r))
@@ -328,7 +337,7 @@ impl Redlock {
     pub async fn renew(&self, lease: &Lease) -> Option<Instant> {
         let ttl_ms = self.ttl.as_millis().to_string();
         let token = lease.token.to_string();
-        let renew = &scripts()[1];
+        let renew = &scripts().renew;
         let t1 = Instant::now();
         let mut pending: FuturesUnordered<_> = self
             .nodes
@@ -349,9 +358,9 @@ impl Redlock {
             .collect();
         let mut tally = Tally::new(self.nodes.len());
         while let Some((node, r)) = pending.next().await {
-            match r {
-                Ok(Value::Int(1 | 2)) if node.counts(Instant::now()) => tally.yes += 1,
-                Ok(Value::Int(0)) => {
+            match r.as_deref() {
+                Ok([Value::Int(1 | 2)]) if node.counts(Instant::now()) => tally.yes += 1,
+                Ok([Value::Int(0)]) => {
                     tracing::warn!(endpoint = %node.name(), "renewal denied: the key belongs to someone else on this node");
                     tally.not_yes += 1;
                 }
@@ -379,7 +388,7 @@ impl Redlock {
     /// unreachable node delays neither a step-down nor the next attempt. [`Redlock::settled`]
     /// waits for them (shutdown does, before the process exits).
     pub async fn release(&self, value: &str, notify: bool) {
-        let release = &scripts()[2];
+        let release = &scripts().release;
         let channel = if notify { self.channel.as_str() } else { "" };
         // Owned once for all nodes: the futures may outlive this call (see below).
         let args = Arc::new([self.key.clone(), value.to_string(), channel.to_string()]);
@@ -419,15 +428,28 @@ impl Redlock {
         let _ = rx.wait_for(|n| *n == 0).await;
     }
 
-    /// Read the current holder's identity from a quorum of nodes' replies (for followers that
-    /// have not attempted yet). Unused nodes are skipped.
+    /// Votes needed for a quorum: ⌊N/2⌋ + 1 of all configured nodes.
     pub fn quorum(&self) -> usize {
         math::quorum(self.nodes.len())
     }
+
+    /// Whether each node's yes would count now (endpoint name, counts), for `/leader`.
+    pub fn eligibility(&self, now: Instant) -> Vec<(String, bool)> {
+        self.nodes
+            .iter()
+            .map(|n| (n.name().to_string(), n.counts(now)))
+            .collect()
+    }
+
+    /// When a quorum of nodes will count, if nothing changes meanwhile (a fresh sidecar's watch
+    /// of the nodes' clocks, quarantines ending); `None` if that is not known yet.
+    pub fn quorum_counts_at(&self) -> Option<Instant> {
+        math::quorum_at(self.nodes.iter().map(|n| n.counts_from()), self.quorum())
+    }
 }
 
-fn parse_acquire(r: Result<Value, CommandError>) -> Vote {
-    let Ok(Value::Array(items)) = r else {
+fn parse_acquire(r: Result<Vec<Value>, CommandError>) -> Vote {
+    let Ok(items) = r else {
         return Vote::Unknown;
     };
     match items.as_slice() {
@@ -499,13 +521,13 @@ mod tests {
                 Value::Int(40),
             ];
             v.extend(rest);
-            parse_acquire(Ok(Value::Array(v)))
+            parse_acquire(Ok(v))
         };
         assert!(
             matches!(deny(vec![Value::Int(7)]), Vote::No { epoch: 7, ref holder, .. } if holder == "b#1")
         );
         assert!(matches!(deny(vec![]), Vote::No { epoch: 0, .. }));
-        let yes = parse_acquire(Ok(Value::Array(vec![Value::Int(1), Value::Int(3)])));
+        let yes = parse_acquire(Ok(vec![Value::Int(1), Value::Int(3)]));
         assert!(matches!(yes, Vote::Yes { epoch: 3 }));
     }
 

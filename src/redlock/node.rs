@@ -5,8 +5,12 @@
 //! restarts drops its TCP connections, so any vote it gives after a restart arrives over a new
 //! connection whose handshake has already put the node in quarantine. That is why this module
 //! manages its own reconnects instead of a transparently reconnecting connection manager.
+//!
+//! Every reply also reads the node's wall clock (`TIME`): scripts return it first, the
+//! handshake and the INFO refresh ask for it. [`clock::Watch`] turns the readings into jump
+//! detection and the observe-before-counting rule.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
@@ -16,6 +20,7 @@ use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisConnectionInfo, 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::clock::{self, Reading, Seen};
 use super::scripts::{Script, scripts};
 use crate::config::{Endpoint, RedisConfig};
 use crate::metrics::Metrics;
@@ -30,6 +35,8 @@ pub enum CommandError {
     Timeout,
     /// Redis or the connection answered with an error.
     Redis(redis::RedisError),
+    /// The reply did not have the script's shape (no leading `TIME`).
+    Malformed,
 }
 
 impl CommandError {
@@ -37,7 +44,7 @@ impl CommandError {
         match self {
             CommandError::NotConnected => "not_connected",
             CommandError::Timeout => "timeout",
-            CommandError::Redis(_) => "error",
+            CommandError::Redis(_) | CommandError::Malformed => "error",
         }
     }
 }
@@ -60,6 +67,31 @@ struct Health {
     run_id: Option<String>,
     /// Why the node does not count, if it does not.
     exclusion: Option<Exclusion>,
+    /// The node's clock as this sidecar has watched it.
+    clock: clock::Watch,
+}
+
+/// A connection whose handshake ran, and the server it reached.
+#[derive(Clone)]
+struct Verified {
+    /// Cloning a multiplexed connection is cheap.
+    conn: MultiplexedConnection,
+    /// run_id of the server, from the handshake's INFO: the clock readings' owner.
+    run_id: Arc<str>,
+}
+
+/// Origin of the local monotonic µs that [`clock`] works with.
+static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Local monotonic µs of `t` (all instants used are later than the origin, fixed when the first
+/// node is created).
+pub fn mono_us(t: Instant) -> i64 {
+    t.saturating_duration_since(*ORIGIN).as_micros() as i64
+}
+
+/// The instant of local monotonic µs `us`.
+fn instant_of(us: i64) -> Instant {
+    *ORIGIN + Duration::from_micros(us.max(0) as u64)
 }
 
 /// Parsed fields of `INFO`.
@@ -130,8 +162,8 @@ pub struct Node {
     pub endpoint: Endpoint,
     /// Builds connections (address, credentials, TLS).
     client: Client,
-    /// The verified connection, if any. Cloning a multiplexed connection is cheap.
-    conn: Mutex<Option<MultiplexedConnection>>,
+    /// The verified connection, if any.
+    conn: Mutex<Option<Verified>>,
     /// Handshake results.
     health: Mutex<Health>,
     /// Wakes the maintenance task when a command saw the connection break.
@@ -144,6 +176,8 @@ pub struct Node {
     ttl: Duration,
     /// Test-only: count the node even while it is quarantined.
     ignore_quarantine: bool,
+    /// Clock-jump detection bounds (and its test-only switch).
+    clock_policy: clock::Policy,
     /// Shared metrics.
     metrics: Metrics,
 }
@@ -155,8 +189,10 @@ impl Node {
         redis: &RedisConfig,
         ttl: Duration,
         ignore_quarantine: bool,
+        clock_policy: clock::Policy,
         metrics: Metrics,
     ) -> Result<Arc<Node>, redis::RedisError> {
+        LazyLock::force(&ORIGIN);
         let addr = if endpoint.tls {
             ConnectionAddr::TcpTls {
                 host: endpoint.host.clone(),
@@ -210,6 +246,15 @@ impl Node {
             .redis_quarantined
             .with_label_values(&[&endpoint.name])
             .set(0);
+        metrics
+            .redis_eligible
+            .with_label_values(&[&endpoint.name])
+            .set(0);
+        for direction in [clock::Direction::Forward, clock::Direction::Backward] {
+            metrics
+                .redis_clock_jumps
+                .with_label_values(&[&endpoint.name, direction.as_str()]);
+        }
         Ok(Arc::new(Node {
             endpoint,
             client,
@@ -220,6 +265,7 @@ impl Node {
             connect_timeout: redis.connect_timeout,
             ttl,
             ignore_quarantine,
+            clock_policy,
             metrics,
         }))
     }
@@ -229,15 +275,49 @@ impl Node {
         &self.endpoint.name
     }
 
-    /// Whether a yes from this node counts toward a quorum at `now`.
+    /// Whether a yes from this node counts toward a quorum at `now`: not quarantined (restart,
+    /// clock jump), not a replica or evicting, and its clock watched long enough.
     pub fn counts(&self, now: Instant) -> bool {
-        if self.ignore_quarantine {
-            return true;
-        }
-        match &lock(&self.health).exclusion {
-            None => true,
-            Some(Exclusion::Restarted { until }) => now >= *until,
-            Some(_) => false,
+        self.counts_from().is_some_and(|from| now >= from)
+    }
+
+    /// From when a yes from this node counts, if nothing changes meanwhile; `None` while that is
+    /// unknown (no clock reading yet) or never (replica, evicting policy).
+    pub fn counts_from(&self) -> Option<Instant> {
+        let h = lock(&self.health);
+        let restarted = match &h.exclusion {
+            _ if self.ignore_quarantine => None,
+            None => None,
+            Some(Exclusion::Restarted { until }) => Some(*until),
+            Some(_) => return None,
+        };
+        let clock = instant_of(h.clock.counts_from(&self.clock_policy)?);
+        Some(restarted.map_or(clock, |r| r.max(clock)))
+    }
+
+    /// Take a reading of the node's clock; a jump quarantines the node (logged and counted).
+    fn observe(&self, run_id: &str, node_us: i64, sent: Instant, received: Instant) {
+        let reading = Reading {
+            node_us,
+            sent_us: mono_us(sent),
+            received_us: mono_us(received),
+        };
+        let seen = lock(&self.health)
+            .clock
+            .observe(run_id, reading, &self.clock_policy);
+        if let Seen::Jumped { jump, until_us } = seen {
+            let direction = jump.direction.as_str();
+            tracing::warn!(
+                endpoint = %self.endpoint.name,
+                direction,
+                size_ms = jump.size_us as f64 / 1000.0,
+                quarantine_ms = (until_us - reading.received_us) / 1000,
+                "redis node's wall clock jumped; it does not count toward a quorum until the quarantine ends"
+            );
+            self.metrics
+                .redis_clock_jumps
+                .with_label_values(&[&self.endpoint.name, direction])
+                .inc();
         }
     }
 
@@ -246,40 +326,52 @@ impl Node {
         lock(&self.conn).is_some()
     }
 
-    /// Run a script by SHA with the per-node timeout; records latency and errors.
+    /// Run a script by SHA with the per-node timeout; records latency and errors. The node's
+    /// `TIME`, which every script returns first, is taken as a clock reading (before the caller
+    /// looks at the vote, so a reply that reveals a jump never counts); the rest is returned.
     pub async fn eval(
         &self,
         script: &Script,
         keys: &[&str],
         args: &[&str],
-    ) -> Result<Value, CommandError> {
+    ) -> Result<Vec<Value>, CommandError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
-        self.run(script.name, cmd).await
+        let started = Instant::now();
+        let result = self.run(&cmd).await.and_then(|(value, run_id)| {
+            let Value::Array(mut items) = value else {
+                return Err(CommandError::Malformed);
+            };
+            match items.first() {
+                Some(&Value::Int(node_us)) => {
+                    self.observe(&run_id, node_us, started, Instant::now());
+                    items.remove(0);
+                    Ok(items)
+                }
+                _ => Err(CommandError::Malformed),
+            }
+        });
+        self.record(script.name, started, &result);
+        result
     }
 
-    async fn run(&self, command: &'static str, cmd: redis::Cmd) -> Result<Value, CommandError> {
-        let started = Instant::now();
-        let conn = lock(&self.conn).clone();
-        let result = match conn {
-            None => Err(CommandError::NotConnected),
-            Some(mut conn) => {
-                match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn)).await
-                {
-                    Err(_) => Err(CommandError::Timeout),
-                    Ok(Err(e)) => {
-                        if e.is_io_error()
-                            || e.is_connection_dropped()
-                            || e.is_unrecoverable_error()
-                        {
-                            self.mark_broken();
-                        }
-                        Err(CommandError::Redis(e))
-                    }
-                    Ok(Ok(v)) => Ok(v),
-                }
-            }
+    async fn run(&self, cmd: &redis::Cmd) -> Result<(Value, Arc<str>), CommandError> {
+        let Some(Verified { mut conn, run_id }) = lock(&self.conn).clone() else {
+            return Err(CommandError::NotConnected);
         };
+        match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn)).await {
+            Err(_) => Err(CommandError::Timeout),
+            Ok(Err(e)) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    self.mark_broken();
+                }
+                Err(CommandError::Redis(e))
+            }
+            Ok(Ok(v)) => Ok((v, run_id)),
+        }
+    }
+
+    fn record<T>(&self, command: &'static str, started: Instant, result: &Result<T, CommandError>) {
         let name = self.endpoint.name.as_str();
         match &result {
             Ok(_) => self
@@ -293,7 +385,6 @@ impl Node {
                 .with_label_values(&[name, command, e.kind()])
                 .inc(),
         }
-        result
     }
 
     fn mark_broken(&self) {
@@ -329,15 +420,23 @@ impl Node {
                         jittered
                     }
                 },
-                Some(mut conn) => {
-                    let info = redis::cmd("INFO");
+                Some(Verified { mut conn, run_id }) => {
+                    let mut refresh = redis::pipe();
+                    refresh.cmd("INFO").cmd("TIME");
+                    let sent = Instant::now();
                     match tokio::time::timeout(
                         self.connect_timeout,
-                        info.query_async::<String>(&mut conn),
+                        refresh.query_async::<(String, (String, String))>(&mut conn),
                     )
                     .await
                     {
-                        Ok(Ok(text)) => self.apply_info(&parse_info(&text)),
+                        Ok(Ok((text, (secs, micros)))) => {
+                            let received = Instant::now();
+                            self.apply_info(&parse_info(&text));
+                            if let Some(t) = clock::parse_time(&secs, &micros) {
+                                self.observe(&run_id, t, sent, received);
+                            }
+                        }
                         Ok(Err(_)) | Err(_) => self.mark_broken(),
                     }
                     Duration::from_secs(1)
@@ -361,7 +460,7 @@ impl Node {
                 .get_multiplexed_async_connection_with_config(&cfg)
                 .await?;
             let text: String = redis::cmd("INFO").query_async(&mut conn).await?;
-            for s in scripts() {
+            for s in scripts().all() {
                 let sha: String = redis::cmd("SCRIPT")
                     .arg("LOAD")
                     .arg(s.source)
@@ -374,14 +473,25 @@ impl Node {
                     )));
                 }
             }
-            Ok::<_, redis::RedisError>((conn, text))
+            let sent = Instant::now();
+            let (secs, micros): (String, String) =
+                redis::cmd("TIME").query_async(&mut conn).await?;
+            let time = (clock::parse_time(&secs, &micros), sent, Instant::now());
+            Ok::<_, redis::RedisError>((conn, text, time))
         };
-        let (conn, text) = tokio::time::timeout(self.connect_timeout * 2, fut)
-            .await
-            .map_err(|_| "handshake timed out".to_string())?
-            .map_err(|e| e.to_string())?;
-        self.apply_info(&parse_info(&text));
-        *lock(&self.conn) = Some(conn);
+        let (conn, text, (node_us, sent, received)) =
+            tokio::time::timeout(self.connect_timeout * 2, fut)
+                .await
+                .map_err(|_| "handshake timed out".to_string())?
+                .map_err(|e| e.to_string())?;
+        let info = parse_info(&text);
+        self.apply_info(&info);
+        let node_us = node_us.ok_or("unreadable TIME reply")?;
+        self.observe(&info.run_id, node_us, sent, received);
+        *lock(&self.conn) = Some(Verified {
+            conn,
+            run_id: info.run_id.into(),
+        });
         self.metrics
             .redis_up
             .with_label_values(&[&self.endpoint.name])
@@ -443,17 +553,28 @@ impl Node {
         matches!(h.exclusion, Some(Exclusion::Restarted { until }) if until > now)
     }
 
-    /// Refresh the quarantine gauge (called at scrape time).
-    pub fn publish_quarantine(&self, now: Instant) {
-        let q = match &lock(&self.health).exclusion {
+    /// Whether the node is quarantined at `now` (restart, clock jump, replica, evicting).
+    pub fn quarantined(&self, now: Instant) -> bool {
+        let h = lock(&self.health);
+        let excluded = match &h.exclusion {
             None => false,
             Some(Exclusion::Restarted { until }) => now < *until,
             Some(_) => true,
         };
+        excluded || (self.clock_policy.enabled && h.clock.quarantined_at(mono_us(now)))
+    }
+
+    /// Refresh the quarantine and eligibility gauges (called at scrape time).
+    pub fn publish_quarantine(&self, now: Instant) {
+        let name = [self.endpoint.name.as_str()];
         self.metrics
             .redis_quarantined
-            .with_label_values(&[&self.endpoint.name])
-            .set(i64::from(q));
+            .with_label_values(&name)
+            .set(i64::from(self.quarantined(now)));
+        self.metrics
+            .redis_eligible
+            .with_label_values(&name)
+            .set(i64::from(self.is_up() && self.counts(now)));
     }
 
     /// Subscribe to `channel` on this node and call `on_message` for each message, reconnecting

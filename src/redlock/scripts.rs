@@ -23,29 +23,45 @@ impl Script {
     }
 }
 
-/// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch. ARGV: value, ttl_ms, proposed token.
+/// Every reply starts with the node's `TIME` in µs since the epoch, read inside the same atomic
+/// step (clock-jump detection, [`super::clock`]). Lua numbers are doubles: µs since 1970 stay
+/// exact below 2^53 (until the year 2255).
+macro_rules! now_us {
+    () => {
+        "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    };
+}
+
+/// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch. ARGV: value, ttl_ms, proposed token,
+/// mode (`take` | `probe`).
 /// Granted → the proposed token is written set-if-greater in the same atomic step, and
-/// `{1, epoch}` returns the node's fencing epoch *before* that write (0 if none). When no
+/// `{now, 1, epoch}` returns the node's fencing epoch *before* that write (0 if none). When no
 /// granting node had an epoch at or above the proposal, the proposal is the term's token and is
 /// already on a quorum: acquisition takes one round, not two.
-/// Denied → `{0, holder_value, pttl_ms, epoch}` so followers learn the holder, when it may
+/// Denied → `{now, 0, holder_value, pttl_ms, epoch}` so followers learn the holder, when it may
 /// expire, and the current term's token (remembered for their own next token).
-pub const ACQUIRE: &str = r#"
-local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+/// `probe` never takes the key (an attempt that cannot win: fewer than a quorum of nodes count
+/// yet); it answers like a denial, with an empty holder when the key is free.
+pub const ACQUIRE: &str = concat!(
+    now_us!(),
+    r#"local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if ARGV[4] ~= 'probe' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if tonumber(ARGV[3]) > e then
     redis.call('SET', KEYS[2], ARGV[3])
   end
-  return {1, e}
+  return {now, 1, e}
 end
-return {0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), e}
-"#;
+return {now, 0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), e}
+"#
+);
 
 /// Renew and assert the fencing epoch. KEYS: lock, epoch. ARGV: value, ttl_ms, token.
-/// Ours → PEXPIRE, returns 1. Missing (the node lost it: restart) → healed with SET NX, returns 2.
-/// Someone else's → 0. On 1 or 2 the epoch is raised to the token if lower (set-if-greater).
-pub const RENEW: &str = r#"
-local v = redis.call('GET', KEYS[1])
+/// Ours → PEXPIRE, `{now, 1}`. Missing (the node lost it: restart) → healed with SET NX,
+/// `{now, 2}`. Someone else's → `{now, 0}`. On 1 or 2 the epoch is raised to the token if lower
+/// (set-if-greater).
+pub const RENEW: &str = concat!(
+    now_us!(),
+    r#"local v = redis.call('GET', KEYS[1])
 local r
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -54,37 +70,56 @@ elseif not v then
   redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   r = 2
 else
-  return 0
+  return {now, 0}
 end
 local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if tonumber(ARGV[3]) > e then
   redis.call('SET', KEYS[2], ARGV[3])
 end
-return r
-"#;
+return {now, r}
+"#
+);
 
 /// Token-checked release. KEYS: lock. ARGV: value, channel ('' = do not publish).
-/// Deletes only our own value; publishes the release notice so followers retry at once.
-pub const RELEASE: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+/// Deletes only our own value (`{now, 1}`, else `{now, 0}`); publishes the release notice so
+/// followers retry at once.
+pub const RELEASE: &str = concat!(
+    now_us!(),
+    r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[2] ~= '' then
     redis.call('PUBLISH', ARGV[2], ARGV[1])
   end
-  return 1
+  return {now, 1}
 end
-return 0
-"#;
+return {now, 0}
+"#
+);
 
-static ALL: LazyLock<[Script; 3]> = LazyLock::new(|| {
-    [
-        Script::new("acquire", ACQUIRE),
-        Script::new("renew", RENEW),
-        Script::new("release", RELEASE),
-    ]
+/// The scripts by role.
+pub struct Scripts {
+    /// [`ACQUIRE`].
+    pub acquire: Script,
+    /// [`RENEW`].
+    pub renew: Script,
+    /// [`RELEASE`].
+    pub release: Script,
+}
+
+impl Scripts {
+    /// Every script, for loading.
+    pub fn all(&self) -> [&Script; 3] {
+        [&self.acquire, &self.renew, &self.release]
+    }
+}
+
+static ALL: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: Script::new("acquire", ACQUIRE),
+    renew: Script::new("renew", RENEW),
+    release: Script::new("release", RELEASE),
 });
 
-/// Every script, in a fixed order: acquire, renew, release.
-pub fn scripts() -> &'static [Script; 3] {
+/// The scripts, hashed once.
+pub fn scripts() -> &'static Scripts {
     &ALL
 }

@@ -233,7 +233,7 @@ pub fn library_config(args: &[&str]) -> redlock_elector::config::Config {
         .map(String::from)
         .collect::<Vec<_>>();
     match config::parse_args(argv, &ProcessEnv) {
-        Ok(config::Command::Run(raw, unsafe_dq)) => config::validate(&raw, &ProcessEnv, unsafe_dq)
+        Ok(config::Command::Run(raw, switches)) => config::validate(&raw, &ProcessEnv, switches)
             .unwrap_or_else(|e| panic!("invalid library config {args:?}: {e}")),
         _ => panic!("library config does not parse: {args:?}"),
     }
