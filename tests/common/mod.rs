@@ -19,6 +19,11 @@ pub struct View {
     pub fencing_token: Option<u64>,
     pub valid_for_ms: u64,
     pub version: u64,
+    /// Whether a quorum of nodes counts this sidecar's votes now (clock watched long enough,
+    /// not quarantined).
+    pub eligible: bool,
+    /// Per endpoint: whether its vote counts now.
+    pub nodes: std::collections::BTreeMap<String, bool>,
 }
 
 /// A port nobody listens on right now, and one this test process has never handed out before.
@@ -89,6 +94,39 @@ pub struct Redis {
     child: Option<Child>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// Whether the server runs under the clockshift library (see [`Redis::shift_clock`]).
+    shiftable: bool,
+    /// The wall-clock offset in force, ms.
+    offset_ms: std::sync::atomic::AtomicI64,
+}
+
+/// The clockshift `LD_PRELOAD` library (`tests/clockshift/clockshift.c`), built once per test
+/// process with `cc`: it offsets a process's wall clock by the milliseconds in a file.
+pub fn clockshift_lib() -> PathBuf {
+    use std::sync::OnceLock;
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clockshift/clockshift.c");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let out = dir.join("libclockshift.so");
+        // Built under a private name, then renamed: test binaries may build it concurrently.
+        let tmp = dir.join(format!("libclockshift.{}.so", std::process::id()));
+        let status = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run cc ({e}): the clock-jump tests build an LD_PRELOAD library with it. \
+                     Install it with `sudo apt-get install -y gcc` (or run ./scripts/test.sh, which does)"
+                )
+            });
+        assert!(status.success(), "cc failed to build {}", src.display());
+        std::fs::rename(&tmp, &out).expect("install libclockshift.so");
+        out
+    })
+    .clone()
 }
 
 impl Redis {
@@ -99,19 +137,66 @@ impl Redis {
 
     /// Start on a free port with extra arguments (e.g. `--maxmemory-policy allkeys-lru`).
     pub fn start_with(extra: &[&str]) -> Redis {
+        Redis::launch(extra, false)
+    }
+
+    /// Start on a free port under the clockshift library, so [`Redis::shift_clock`] can move
+    /// its wall clock while it runs.
+    pub fn start_shiftable() -> Redis {
+        Redis::launch(&[], true)
+    }
+
+    fn launch(extra: &[&str], shiftable: bool) -> Redis {
         let mut r = Redis {
             port: free_port(),
             started: Instant::now(),
             child: None,
             dir: tempdir(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            shiftable,
+            offset_ms: Default::default(),
         };
         r.spawn();
         r
     }
 
+    fn offset_file(&self) -> PathBuf {
+        self.dir.path().join("clock-offset-ms")
+    }
+
+    /// Set the server's wall-clock offset to `offset_ms` (absolute, from true time); takes
+    /// effect within a millisecond. A restarted server keeps the offset in force.
+    pub fn shift_clock(&self, offset_ms: i64) {
+        assert!(
+            self.shiftable,
+            "start the server with Redis::start_shiftable()"
+        );
+        let tmp = self.dir.path().join("clock-offset-ms.tmp");
+        std::fs::write(&tmp, offset_ms.to_string()).unwrap();
+        std::fs::rename(&tmp, self.offset_file()).unwrap();
+        self.offset_ms
+            .store(offset_ms, std::sync::atomic::Ordering::SeqCst);
+        // The library re-reads the file at most once per ms of its own monotonic time.
+        std::thread::sleep(Duration::from_millis(3));
+    }
+
+    /// Move the wall clock by `delta_ms` from where it is.
+    pub fn jump_clock(&self, delta_ms: i64) {
+        self.shift_clock(self.clock_offset_ms() + delta_ms);
+    }
+
+    /// The wall-clock offset in force, ms.
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.offset_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn spawn(&mut self) {
-        let child = Command::new(redis_server_bin())
+        let mut cmd = Command::new(redis_server_bin());
+        if self.shiftable {
+            cmd.env("LD_PRELOAD", clockshift_lib())
+                .env("CLOCKSHIFT_FILE", self.offset_file());
+        }
+        let child = cmd
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -364,6 +449,22 @@ impl Sidecar {
     pub fn try_leader(&self) -> Option<View> {
         let (status, body) = http("GET", self.api_port, "/leader")?;
         (status == 200).then(|| serde_json::from_str(&body).expect("valid /leader JSON"))
+    }
+
+    /// Wait until a quorum of nodes counts this sidecar's votes (`eligible` in `/leader`): a
+    /// fresh sidecar watches the nodes' clocks for ttl + margin first.
+    pub fn wait_eligible(&self, timeout: Duration) {
+        wait_for(timeout, Duration::from_millis(10), || {
+            self.leader().eligible.then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{} not eligible within {timeout:?}: {:?}\n{}",
+                self.identity,
+                self.leader(),
+                self.logs()
+            )
+        });
     }
 
     pub fn leader(&self) -> View {

@@ -1,0 +1,239 @@
+//! Wall-clock jumps on real Redis nodes (issue: Redis expires keys by its wall clock).
+//!
+//! Every node runs under the clockshift `LD_PRELOAD` library (`tests/clockshift/`), so a test
+//! can step a running server's wall clock. A forward step on a majority just after the leader's
+//! renewal deletes the lease there at once, while the leader's monotonic deadline still runs: a
+//! follower that took those nodes would lead beside it. With detection, the first reply from a
+//! stepped node reveals the jump (its `TIME` moved more than the monotonic clock allows), the
+//! vote in it does not count and the node is quarantined for ttl + margin; with
+//! `--unsafe-disable-clock-check` the checker finds the overlap.
+
+mod common;
+mod fault;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use fault::checker::{Checker, Report, analyze};
+use fault::{describe, metric};
+
+const TTL: Duration = Duration::from_secs(1);
+const KEY: &str = "redlock-elector:test";
+const UNSAFE: &str = "--unsafe-disable-clock-check";
+
+fn nodes() -> Vec<Redis> {
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start_shiftable()).collect();
+    // Out of the start-up quarantine (uptime below ttl + 1 s).
+    std::thread::sleep(TTL + Duration::from_millis(1100));
+    nodes
+}
+
+fn opts(detection: bool) -> Opts {
+    let mut o = Opts::default();
+    if !detection {
+        o.extra.push(UNSAFE.into());
+    }
+    o
+}
+
+/// The index of the one leader, once every sidecar counts a quorum of nodes.
+fn settled_leader(sidecars: &[&Sidecar]) -> usize {
+    for s in sidecars {
+        s.wait_eligible(TTL * 4);
+    }
+    wait_for(TTL * 4, Duration::from_millis(5), || sole_leader(sidecars))
+        .unwrap_or_else(|| panic!("no single leader among {} sidecars", sidecars.len()))
+}
+
+/// Block until the lease's ttl on `node` was just reset (a renewal landed there).
+fn just_after_renewal(node: &Redis) {
+    let pttl = || {
+        node.cli(&["PTTL", KEY])
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(-2)
+    };
+    let mut last = pttl();
+    let found = wait_for(TTL * 3, Duration::from_micros(500), || {
+        let now = pttl();
+        let renewed = now > last + 100;
+        last = now;
+        renewed.then_some(())
+    });
+    assert!(found.is_some(), "no renewal seen on node {}", node.port);
+}
+
+fn outcome(checker: Checker, sidecars: &[&Sidecar]) -> (Report, String) {
+    let obs = checker.finish();
+    let logs = sidecars
+        .iter()
+        .map(|s| format!("--- {}:\n{}", s.identity, s.logs()))
+        .collect::<String>();
+    (analyze(&obs.segments), logs)
+}
+
+fn jumps(s: &Sidecar) -> f64 {
+    metric_sum(s, "redlock_elector_redis_clock_jumps_total")
+}
+
+/// Three sidecars; a majority of nodes steps `steps` (ms, in order, `gap` apart) right after a
+/// renewal; the checker watches for 3 s more.
+fn majority_scenario(detection: bool, steps: &[i64], gap: Duration) -> (Report, f64, String) {
+    let nodes = nodes();
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let o = opts(detection);
+    let sidecars: Vec<Sidecar> = ["a", "b", "c"]
+        .iter()
+        .map(|id| Sidecar::start(id, &refs, &o))
+        .collect();
+    let all: Vec<&Sidecar> = sidecars.iter().collect();
+    settled_leader(&all);
+    let checker = Checker::start(&sidecars.iter().map(|s| s.api_port).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(300));
+    just_after_renewal(&nodes[0]);
+    for (i, step) in steps.iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(gap);
+        }
+        nodes[0].jump_clock(*step);
+        nodes[1].jump_clock(*step);
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let (report, logs) = outcome(checker, &all);
+    let detected = all.iter().map(|s| jumps(s)).sum();
+    (report, detected, logs)
+}
+
+#[test]
+fn majority_forward_jump_after_a_renewal() {
+    let (safe, detected, logs) = majority_scenario(true, &[20_000], Duration::ZERO);
+    report("jumps detected (majority +20 s, 3 sidecars)", detected);
+    assert!(
+        safe.overlaps.is_empty(),
+        "S1 violated with detection on:\n{}{logs}",
+        describe(&safe)
+    );
+    assert!(safe.token_violations.is_empty(), "S2:\n{}", describe(&safe));
+    assert!(detected >= 2.0, "the jumps were not detected:\n{logs}");
+
+    // Without detection the follower that takes the stepped nodes leads beside the leader. A
+    // CPU stall of the leader (it then steps down early) can spoil one run: allow three.
+    let mut found = None;
+    for attempt in 1..=3 {
+        let (r, _, logs) = majority_scenario(false, &[20_000], Duration::ZERO);
+        if !r.overlaps.is_empty() {
+            found = Some((attempt, r));
+            break;
+        }
+        eprintln!("attempt {attempt} without detection found no overlap:\n{logs}");
+    }
+    let (attempt, r) = found.expect("with the switch off the checker must find two leaders");
+    let o = &r.overlaps[0];
+    report("attempts to show the hazard", attempt);
+    report(
+        "proven overlap without detection",
+        format!("{:?}", o.to.saturating_sub(o.from)),
+    );
+}
+
+#[test]
+fn majority_backward_then_forward_again() {
+    // Back 20 s, a renewal or two on the stepped clocks, then forward 20 s: the keys written
+    // meanwhile expire at once. The backward step already quarantines the nodes.
+    let (safe, detected, logs) =
+        majority_scenario(true, &[-20_000, 20_000], Duration::from_millis(700));
+    report("jumps detected (majority -20 s then +20 s)", detected);
+    assert!(
+        safe.overlaps.is_empty(),
+        "S1 violated with detection on:\n{}{logs}",
+        describe(&safe)
+    );
+    assert!(safe.token_violations.is_empty(), "S2:\n{}", describe(&safe));
+    assert!(detected >= 2.0, "the jumps were not detected:\n{logs}");
+}
+
+#[test]
+fn minority_jump_keeps_the_leader() {
+    let nodes = nodes();
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let o = opts(true);
+    let sidecars: Vec<Sidecar> = ["a", "b", "c"]
+        .iter()
+        .map(|id| Sidecar::start(id, &refs, &o))
+        .collect();
+    let all: Vec<&Sidecar> = sidecars.iter().collect();
+    let leader = settled_leader(&all);
+    let before = sidecars[leader].leader();
+    let checker = Checker::start(&sidecars.iter().map(|s| s.api_port).collect::<Vec<_>>());
+    just_after_renewal(&nodes[0]);
+    nodes[0].jump_clock(30_000);
+    std::thread::sleep(Duration::from_secs(3));
+    let (r, logs) = outcome(checker, &all);
+    assert!(r.overlaps.is_empty(), "S1:\n{}{logs}", describe(&r));
+    let after = sidecars[leader].leader();
+    assert!(
+        after.is_leader && after.fencing_token == before.fencing_token,
+        "one stepped node of three must not cost the leader its term: {before:?} -> {after:?}\n{logs}"
+    );
+    let ep = format!("127.0.0.1:{}", nodes[0].port);
+    let q = metric(
+        &sidecars[leader],
+        "redlock_elector_redis_clock_jumps_total",
+        &[("endpoint", &ep), ("direction", "forward")],
+    );
+    assert_eq!(q, Some(1.0), "the leader counts the jump on {ep}:\n{logs}");
+    assert!(
+        sidecars[leader]
+            .logs()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("wall clock jumped") && l.contains(&ep)),
+        "a warn line names the endpoint:\n{logs}"
+    );
+}
+
+/// A leader alone; a majority steps forward; a fresh sidecar starts right after. Its first
+/// reading of each node comes after the step, so it cannot see it: only observing the nodes for
+/// ttl + margin before counting them keeps it from leading beside the leader.
+fn fresh_sidecar_scenario(fresh_detection: bool) -> (Report, Duration, String) {
+    let nodes = nodes();
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let leader = Sidecar::start("a", &refs, &opts(true));
+    settled_leader(&[&leader]);
+    let checker = Checker::start(&[leader.api_port, 0]);
+    just_after_renewal(&nodes[0]);
+    nodes[0].jump_clock(20_000);
+    nodes[1].jump_clock(20_000);
+    let started = Instant::now();
+    let fresh = Sidecar::start("b", &refs, &opts(fresh_detection));
+    checker.point(1, fresh.api_port);
+    let led = wait_for(TTL * 5, Duration::from_millis(2), || {
+        fresh.leader().is_leader.then(|| started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (r, logs) = outcome(checker, &[&leader, &fresh]);
+    let led = led.unwrap_or_else(|| panic!("the fresh sidecar never led:\n{logs}"));
+    (r, led, logs)
+}
+
+#[test]
+fn jump_while_a_fresh_sidecar_starts() {
+    let (safe, first_term, logs) = fresh_sidecar_scenario(true);
+    report(
+        "fresh sidecar's first term after start (watching ttl + margin)",
+        format!("{first_term:?}"),
+    );
+    assert!(
+        safe.overlaps.is_empty(),
+        "S1 violated with observe-before-counting:\n{}{logs}",
+        describe(&safe)
+    );
+    assert!(
+        first_term >= TTL,
+        "the fresh sidecar counted nodes it had watched for less than ttl: {first_term:?}"
+    );
+    let (r, _, logs) = fresh_sidecar_scenario(false);
+    assert!(
+        !r.overlaps.is_empty(),
+        "a fresh sidecar without the check should lead beside the leader, and the checker should see it:\n{}{logs}",
+        describe(&r)
+    );
+}
