@@ -224,7 +224,8 @@ fn sigterm_exits_within_bound_when_redis_does_not_answer() {
         ..Opts::default()
     };
     let mut s = Sidecar::start("a", &refs, &o);
-    wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+    // A fresh sidecar watches the nodes' clocks for ttl + margin before it may lead.
+    wait_for(Duration::from_secs(12), Duration::from_millis(10), || {
         s.leader().is_leader.then_some(())
     })
     .expect("leads");

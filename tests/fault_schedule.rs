@@ -7,15 +7,17 @@
 //! margin, between margin and lease, and beyond the lease), SIGKILL a node (started again empty
 //! later), restart a node empty at once, SIGSTOP/SIGCONT a node, latency toward a node (below and
 //! above `redis.timeout`), blackhole a node, partition one sidecar from 1–3 nodes, reset a
-//! node's connections. Faults overlap; at most three nodes and two sidecars are impaired at
+//! node's connections, step a node's wall clock forward or backward by 0.5–60 s (on one node up
+//! to a majority at once; every node runs under the clockshift library). Faults overlap; at most three nodes and two sidecars are impaired at
 //! once, so majority outages happen but do not dominate. Sidecar faults are aimed at the
 //! current leader 60% of the time, so terms change often. The seed fixes the sequence of fault
 //! kinds, targets and durations; which sidecar leads when a fault is aimed at "the leader"
 //! depends on the run.
 //!
 //! Availability is the fraction of time some sidecar answered leader, counted only while a
-//! majority was usable (some running sidecar reached ≥ 3 running, unquarantined nodes without a
-//! blackhole or latency above the timeout) and not in the ttl + retry after such an outage.
+//! majority was usable (some running sidecar that has watched the nodes' clocks for ttl + margin
+//! reached ≥ 3 running nodes out of restart and clock-jump quarantine, without a blackhole or
+//! latency above the timeout) and not in the ttl + retry after such an outage.
 //!
 //! - CI: `cargo test --test fault_schedule` (60 s, seed 1; `FAULT_SEED`, `FAULT_SECONDS` override).
 //! - Soak: `FAULT_SECONDS=1800 FAULT_SEED=$RANDOM cargo test --release --test fault_schedule -- --ignored --nocapture`
@@ -42,6 +44,9 @@ const TTL: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(200);
 const TIMEOUT: Duration = Duration::from_millis(50);
 const NAMES: [&str; SIDECARS] = ["s0", "s1", "s2"];
+/// ttl + margin (`ttl·driftFactor + 2 ms`): a clock jump's quarantine, and how long a fresh
+/// sidecar watches the nodes' clocks before counting them.
+const WATCH: Duration = Duration::from_millis(1012);
 
 fn opts() -> Opts {
     Opts {
@@ -88,7 +93,11 @@ struct World {
     node: Vec<Proc>,
     /// When each node last started (for the quarantine window).
     node_started: Vec<Instant>,
+    /// When each node's clock last jumped (for the quarantine window).
+    node_jumped: Vec<Instant>,
     sidecar: Vec<Proc>,
+    /// When each sidecar last started (it counts no node for `WATCH`).
+    sidecar_started: Vec<Instant>,
     rules: Vec<(u64, LinkRule)>,
     next_rule: u64,
     heals: BinaryHeap<Reverse<(Instant, u64, Heal)>>,
@@ -97,6 +106,13 @@ struct World {
     usable: Vec<(Duration, bool)>,
     events: BTreeMap<&'static str, u64>,
     log: Vec<(Duration, String)>,
+    /// Clock jumps detected by sidecar processes that were killed since (their counters die).
+    jumps_of_killed: f64,
+}
+
+/// Clock jumps a sidecar detected (its counter, over every endpoint and direction).
+fn jumps_detected(s: &Sidecar) -> f64 {
+    metric_sum(s, "redlock_elector_redis_clock_jumps_total")
 }
 
 impl World {
@@ -161,11 +177,13 @@ impl World {
         let now = Instant::now();
         let ok = (0..SIDECARS).any(|s| {
             self.sidecar[s] == Proc::Up
+                && now >= self.sidecar_started[s] + WATCH
                 && (0..NODES)
                     .filter(|&n| {
                         let f = self.link(s, n);
                         self.node[n] == Proc::Up
                             && now >= self.node_started[n] + TTL + Duration::from_secs(1)
+                            && now >= self.node_jumped[n] + WATCH
                             && !f.blackhole
                             && f.latency < TIMEOUT
                     })
@@ -181,6 +199,8 @@ impl World {
         self.checker.point(s, sc.api_port);
         self.sidecars[s] = Some(sc);
         self.sidecar[s] = Proc::Up;
+        self.sidecar_started[s] = Instant::now();
+        self.schedule(WATCH, Heal::Snapshot);
     }
 
     fn heal(&mut self, h: Heal) {
@@ -236,7 +256,7 @@ impl World {
 
     /// Inject one random fault, if the chosen one is possible now.
     fn inject(&mut self) {
-        let kind = self.rng.random_range(0..10u32);
+        let kind = self.rng.random_range(0..12u32);
         let mut s = self.rng.random_range(0..SIDECARS);
         // Aim sidecar faults at the leader more often than chance, so that terms change.
         if self.rng.random_bool(0.6)
@@ -252,7 +272,9 @@ impl World {
         match kind {
             0 if sidecar_free => {
                 self.checker.down(s);
-                self.sidecars[s].take().unwrap().kill();
+                let mut victim = self.sidecars[s].take().unwrap();
+                self.jumps_of_killed += jumps_detected(&victim);
+                victim.kill();
                 self.sidecar[s] = Proc::Killed;
                 let d = self.secs(0.3, 2.5);
                 self.schedule(d, Heal::RestartSidecar(s));
@@ -335,6 +357,30 @@ impl World {
                 self.count("node connection reset");
                 self.note(format!("node {n} connections reset"));
             }
+            10 | 11 => {
+                // One node up to a majority; forward or backward; 0.5–60 s.
+                let k = self.rng.random_range(1..=QUORUM);
+                let mut nodes: Vec<usize> = (0..NODES).collect();
+                for i in 0..k {
+                    let j = self.rng.random_range(i..NODES);
+                    nodes.swap(i, j);
+                }
+                nodes.truncate(k);
+                nodes.sort();
+                let size = self.rng.random_range(500..60_000i64);
+                let delta = if self.rng.random_bool(0.5) { size } else { -size };
+                for &n in &nodes {
+                    self.nodes[n].jump_clock(delta);
+                    self.node_jumped[n] = Instant::now();
+                }
+                self.schedule(WATCH + Duration::from_millis(10), Heal::Snapshot);
+                self.count(if delta > 0 {
+                    "node clock jump forward"
+                } else {
+                    "node clock jump backward"
+                });
+                self.note(format!("nodes {nodes:?} clock jump {delta} ms"));
+            }
             _ => return,
         }
         self.snapshot();
@@ -399,7 +445,8 @@ fn run(default_seconds: u64) {
     let seed = env_u64("FAULT_SEED", 1);
     let seconds = env_u64("FAULT_SECONDS", default_seconds);
     eprintln!("fault schedule: FAULT_SEED={seed} FAULT_SECONDS={seconds}");
-    let nodes = redis_cluster(NODES, TTL);
+    let nodes: Vec<Redis> = (0..NODES).map(|_| Redis::start_shiftable()).collect();
+    std::thread::sleep(TTL + Duration::from_millis(1100));
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
     let proxy = Proxy::new(SIDECARS, &ports);
     let sidecars: Vec<Option<Sidecar>> = (0..SIDECARS)
@@ -420,7 +467,9 @@ fn run(default_seconds: u64) {
         checker,
         node: vec![Proc::Up; NODES],
         node_started: vec![started - TTL * 3; NODES],
+        node_jumped: vec![started - TTL * 3; NODES],
         sidecar: vec![Proc::Up; SIDECARS],
+        sidecar_started: vec![started; SIDECARS],
         rules: Vec::new(),
         next_rule: 0,
         heals: BinaryHeap::new(),
@@ -428,6 +477,7 @@ fn run(default_seconds: u64) {
         usable: Vec::new(),
         events: BTreeMap::new(),
         log: Vec::new(),
+        jumps_of_killed: 0.0,
     };
     w.snapshot();
     let end = started + Duration::from_secs(seconds);
@@ -460,6 +510,7 @@ fn run(default_seconds: u64) {
     });
     std::thread::sleep(Duration::from_millis(300));
     let observed_for = w.checker.now();
+    let jumps: f64 = w.jumps_of_killed + refs.iter().map(|s| jumps_detected(s)).sum::<f64>();
     let World {
         checker,
         usable,
@@ -479,6 +530,7 @@ fn run(default_seconds: u64) {
     for (k, v) in &events {
         report(&format!("  {k}"), v);
     }
+    report("clock jumps detected (sum over sidecars)", jumps);
     report("terms", r.terms);
     report("S1 overlaps", r.overlaps.len());
     report("S2 token violations", r.token_violations.len());

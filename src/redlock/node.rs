@@ -116,7 +116,16 @@ pub fn parse_info(text: &str) -> Info {
         };
         match k {
             "run_id" => info.run_id = v.to_string(),
-            "uptime_in_seconds" => info.uptime_secs = v.parse().unwrap_or(0),
+            // Uptime is computed from the wall clock: after a backward step it is negative, which
+            // says nothing about a restart (run_id does, and the clock watch quarantines the
+            // step itself), so it reads as long. Anything else unreadable reads as a restart.
+            "uptime_in_seconds" => {
+                info.uptime_secs = match v.trim().parse::<i64>() {
+                    Ok(secs) if secs < 0 => u64::MAX,
+                    Ok(secs) => secs as u64,
+                    Err(_) => 0,
+                }
+            }
             "role" => info.role = v.to_string(),
             "maxmemory_policy" => info.maxmemory_policy = v.to_string(),
             _ => {}
@@ -644,6 +653,15 @@ mod tests {
             "# Server\r\nrun_id:abc\r\nuptime_in_seconds:42\r\n# Replication\r\nrole:master\r\nmaxmemory_policy:noeviction\r\n",
         );
         assert_eq!(i, info(42, "abc"));
+    }
+
+    #[test]
+    fn negative_uptime_after_a_backward_clock_step_is_not_a_restart() {
+        let i = parse_info("run_id:abc\r\nuptime_in_seconds:-24\r\nrole:master\r\n");
+        assert_eq!(i.uptime_secs, u64::MAX);
+        let ttl = Duration::from_secs(1);
+        assert_eq!(classify(&i, Some("abc"), ttl, Instant::now()), None);
+        assert_eq!(parse_info("uptime_in_seconds:x\r\n").uptime_secs, 0);
     }
 
     #[test]
