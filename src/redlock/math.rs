@@ -20,6 +20,13 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Dur
         .filter(|v| !v.is_zero())
 }
 
+/// The fencing token of a new term: one above the highest epoch the granting replies carried
+/// and the highest this process has ever seen (so a contender that saw a term's token never
+/// repeats it, even if every node of its own quorum lost it).
+pub fn next_token(max_epoch_in_replies: u64, epoch_seen: u64) -> u64 {
+    max_epoch_in_replies.max(epoch_seen) + 1
+}
+
 /// Running count of node replies for one round (acquire or renew).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tally {

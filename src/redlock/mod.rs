@@ -277,10 +277,7 @@ impl Redlock {
         if tally.decided() == Some(true) && valid.is_some() {
             // Stragglers' commands were sent; their replies no longer matter.
             drop(pending);
-            let token = replies
-                .max_epoch
-                .max(self.epoch_seen.load(Ordering::SeqCst))
-                + 1;
+            let token = math::next_token(replies.max_epoch, self.epoch_seen.load(Ordering::SeqCst));
             self.epoch_seen.fetch_max(token, Ordering::SeqCst);
             let mut lease = Lease {
                 value,
