@@ -722,8 +722,9 @@ impl Direct {
         }
     }
 
-    /// Send `cmd` to every node; return at the quorum-th reply that starts with `expect`.
-    async fn round(&mut self, cmd: &[u8], expect: &[u8]) {
+    /// Send `cmd` to every node; return at the quorum-th reply, each of which must have `:1`
+    /// at line `yes_line` (the grant: `*3 :time :1 :epoch` has it at 2, a bare `:1` at 0).
+    async fn round(&mut self, cmd: &[u8], yes_line: usize) {
         let quorum = math::quorum(self.conns.len());
         // Every node gets the command before any reply is read: a reply read early must not
         // end the round before a slower node was even sent to.
@@ -733,9 +734,8 @@ impl Direct {
         let mut pending: FuturesUnordered<_> = self.conns.iter_mut().map(|c| c.reply()).collect();
         let mut yes = 0;
         while let Some(reply) = pending.next().await {
-            // `*N :time :1 ...`: the element after the node's time is the grant.
             assert!(
-                reply.starts_with(expect) && reply.split(|&b| b == b'\n').nth(2) == Some(b":1\r"),
+                reply.split(|&b| b == b'\n').nth(yes_line) == Some(b":1\r"),
                 "direct client: unexpected reply {:?}",
                 String::from_utf8_lossy(&reply)
             );
@@ -748,8 +748,61 @@ impl Direct {
 
     async fn acquire_release(&mut self) {
         let (take, give) = self.commands.next();
-        self.round(take.as_bytes(), b"*3\r\n").await;
-        self.round(give.as_bytes(), b"*2\r\n").await;
+        self.round(take.as_bytes(), 2).await;
+        self.round(give.as_bytes(), 2).await;
+    }
+
+    /// The cost of carrying the node's `TIME` in every reply: p50 (ms) of an acquire round and
+    /// of a renew round with the scripts as they were before ([`NO_TIME`]) and as they are,
+    /// interleaved on the same connections: `[acquire before, acquire after, renew before,
+    /// renew after]`.
+    async fn time_cost(&mut self, key: &str, iters: usize) -> [f64; 4] {
+        let old: Vec<String> = NO_TIME
+            .iter()
+            .map(|src| redis::Script::new(src).get_hash().to_string())
+            .collect();
+        for src in NO_TIME {
+            let load = resp_encode(&["SCRIPT", "LOAD", src]);
+            for c in &mut self.conns {
+                c.call(load.as_bytes()).await;
+            }
+        }
+        let new = scripts::scripts();
+        let epoch_key = format!("{key}:epoch");
+        let mut samples: [Vec<f64>; 4] = Default::default();
+        for i in 0..iters {
+            for with_time in [false, true] {
+                let (acquire, renew, release) = if with_time {
+                    (&new.acquire.sha, &new.renew.sha, &new.release.sha)
+                } else {
+                    (&old[0], &old[1], &old[2])
+                };
+                let value = format!("bench#{i}");
+                let mut take = vec![
+                    "EVALSHA", acquire, "2", key, &epoch_key, &value, "1000", "0",
+                ];
+                if with_time {
+                    take.push("take");
+                }
+                let keep =
+                    resp_encode(&["EVALSHA", renew, "2", key, &epoch_key, &value, "1000", "0"]);
+                let give = resp_encode(&["EVALSHA", release, "1", key, &value, ""]);
+                // The grant: `*3 :time :1 :epoch` now, `*2 :1 :epoch` before; renew and release:
+                // `*2 :time :1` now, `:1` before.
+                let (acq_line, other_line) = if with_time { (2, 2) } else { (1, 0) };
+                let t0 = Instant::now();
+                self.round(resp_encode(&take).as_bytes(), acq_line).await;
+                let t1 = Instant::now();
+                self.round(keep.as_bytes(), other_line).await;
+                let t2 = Instant::now();
+                self.round(give.as_bytes(), other_line).await;
+                self.settle().await;
+                let k = usize::from(with_time);
+                samples[k].push(ms(t1 - t0));
+                samples[2 + k].push(ms(t2 - t1));
+            }
+        }
+        samples.map(|s| pct(&s, 0.5))
     }
 
     /// Collect every reply still owed (between timed runs).
@@ -760,6 +813,49 @@ impl Direct {
         }
     }
 }
+
+/// The acquire, renew and release scripts as they were before every reply carried the node's
+/// `TIME` (`d029b92`): the "before" of [`Direct::time_cost`].
+const NO_TIME: [&str; 3] = [
+    r#"
+local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if tonumber(ARGV[3]) > e then
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
+  return {1, e}
+end
+return {0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), e}
+"#,
+    r#"
+local v = redis.call('GET', KEYS[1])
+local r
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  r = 1
+elseif not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  r = 2
+else
+  return 0
+end
+local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if tonumber(ARGV[3]) > e then
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+return r
+"#,
+    r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] ~= '' then
+    redis.call('PUBLISH', ARGV[2], ARGV[1])
+  end
+  return 1
+end
+return 0
+"#,
+];
 
 /// Per-iteration times (ms) of one acquire scenario.
 #[derive(Default)]
@@ -776,6 +872,8 @@ struct Samples {
     floor_q: Vec<f64>,
     floor_d: Vec<f64>,
     floor_qs: Vec<f64>,
+    /// Acquire and renew round p50 without and with the node's TIME (see `Direct::time_cost`).
+    time_cost: [f64; 4],
 }
 
 fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[Redis]) {
@@ -862,6 +960,9 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                     s.floor_qs.push(ms(t9 - t8));
                 }
             }
+            s.time_cost = direct
+                .time_cost(&format!("bench-time-{i}"), iters / 2)
+                .await;
             // One renew round alone, for reference: the cost of one script round on every node.
             if let Acquire::Acquired(lease) = redlock.acquire("bench").await {
                 for _ in 0..iters / 2 {
@@ -908,6 +1009,28 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
             ("floor, tokio sockets + our scripts, quorum p50", fd50, "ms", None, "a hand-written async client: our acquire + release scripts, each round decided at the quorum-th reply"),
             ("floor, bare busy-polled sockets + our scripts, quorum p50", fqs50, "ms", None, "as the busy-polled floor, with our acquire + release scripts"),
         ];
+        let [acq_before, acq_after, ren_before, ren_after] = s.time_cost;
+        let time_note = format!(
+            "tokio sockets, our scripts before/after every reply carried TIME: acquire {} -> {} ms, renew {} -> {} ms",
+            fmt_val(acq_before),
+            fmt_val(acq_after),
+            fmt_val(ren_before),
+            fmt_val(ren_after)
+        );
+        rows.push((
+            "cost of TIME: acquire round p50",
+            acq_after - acq_before,
+            "ms",
+            None,
+            &time_note,
+        ));
+        rows.push((
+            "cost of TIME: renew round p50",
+            ren_after - ren_before,
+            "ms",
+            None,
+            "",
+        ));
         if five {
             rows.push(("floor / rslock p50", f50 / t50, "x", None, floor_note));
             rows.push((
@@ -994,10 +1117,12 @@ impl Trio {
         }
     }
 
-    /// Wait until exactly one sidecar leads and every other one has observed it (it attempted,
-    /// so its subscriptions are up too). Returns the leader's index.
+    /// Wait until exactly one sidecar leads, every other one has observed it (it attempted,
+    /// so its subscriptions are up too) and counts a quorum of nodes (a fresh sidecar watches
+    /// the nodes' clocks for ttl + margin first: a handover to it would measure that wait, not
+    /// the handover). Returns the leader's index.
     fn steady(&mut self, latest: &mut HashMap<String, View>) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             self.drain(latest);
             let views: Vec<Option<&View>> = self
@@ -1016,6 +1141,10 @@ impl Trio {
                 if views
                     .iter()
                     .all(|v| v.is_some_and(|v| v.leader.as_deref() == Some(id)))
+                    && self
+                        .sidecars
+                        .iter()
+                        .all(|s| s.try_leader().is_some_and(|v| v.eligible))
                 {
                     return l;
                 }

@@ -11,7 +11,10 @@
 //!
 //! With quarantine, node 3 does not count for ttl + 1 s after its restart, A's renewals fail on
 //! {1, 2} and A steps down at its deadline before B can count node 3: the checker finds no
-//! overlap. With `--unsafe-disable-quarantine` B counts the empty node at once and the checker
+//! overlap. The restarted server's new run_id also starts a new watch of its clock (ttl +
+//! margin before it counts), a second defence against the same hazard; so the unsafe run turns
+//! off both (`--unsafe-disable-quarantine --unsafe-disable-clock-check`): B counts the empty
+//! node at once and the checker
 //! reports both sidecars answering leader at the same time: the checker can fail.
 
 mod common;
@@ -51,6 +54,7 @@ fn scenario(unsafe_disable_quarantine: bool) -> (fault::checker::Report, bool, S
     };
     if unsafe_disable_quarantine {
         opts.extra.push("--unsafe-disable-quarantine".into());
+        opts.extra.push("--unsafe-disable-clock-check".into());
     }
     let a = Sidecar::start_urls("a", &proxy.urls(A), &opts);
     wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
