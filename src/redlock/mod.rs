@@ -2,8 +2,8 @@
 //!
 //! Knows nothing of HTTP or Kubernetes. Every round sends to all nodes in parallel, each with
 //! the per-node timeout, and decides at the quorum-th counting yes or as soon as a quorum has
-//! become impossible. Timings follow SPEC: T1 is taken before sending; validity is
-//! `ttl − elapsed − drift`; the deadline is `T1 + ttl − drift`.
+//! become impossible. Timings follow the algorithm in the README ("How it works"): T1 is taken
+//! before sending; validity is `ttl − elapsed − drift`; the deadline is `T1 + ttl − drift`.
 
 pub mod clock;
 pub mod math;

@@ -619,7 +619,6 @@ pub fn redis_cluster(n: usize, ttl: Duration) -> Vec<Redis> {
     nodes
 }
 
-/// Print a measured figure so it lands in the test output (`--nocapture`) and CI logs.
 /// The sum of the `/metrics` samples whose line passes `keep`.
 pub fn metric_sum_where(s: &Sidecar, keep: impl Fn(&str) -> bool) -> f64 {
     let (_, text) = http("GET", s.ops_port, "/metrics").expect("/metrics");
@@ -634,6 +633,7 @@ pub fn metric_sum(s: &Sidecar, prefix: &str) -> f64 {
     metric_sum_where(s, |l| l.starts_with(prefix))
 }
 
+/// Print a measured figure so it lands in the test output (`--nocapture`) and CI logs.
 pub fn report(what: &str, value: impl std::fmt::Display) {
     eprintln!("[figure] {what}: {value}");
 }
