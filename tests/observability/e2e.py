@@ -11,6 +11,9 @@ Then it drives real events and checks, through Prometheus's HTTP API, what an op
   3. a second sidecar group with the same lease name on other Redis: MultipleLeaders is true;
   4. repeated step-downs: LeadershipFlapping fires;
   5. SIGSTOP of a sidecar: SidecarStalled fires;
+  5b. redis-1's wall clock stepped forward, then back (it runs under tests/clockshift's
+     LD_PRELOAD library): RedisClockJump fires for each direction, the node is quarantined and
+     not eligible for ttl + margin, and the leader keeps the lease on the other two;
   6. a Redis node killed: RedisEndpointDown becomes true for it and fires after its `for:`;
      restarted: RedisEndpointQuarantined's expression becomes true for it (ttl+1s quarantine);
   7. two of three Redis nodes killed: RedisQuorumLost, RenewalsFailing and NoLeader become true.
@@ -48,6 +51,8 @@ DASHBOARD = REPO / "charts/redlock-elector/files/dashboard.json"
 LEASE = "demo"
 NAMESPACE = "e2e"
 TTL = 2.0  # seconds; quarantine of a fresh Redis node is ttl + 1s
+CLOCKSHIFT_SRC = REPO / "tests/clockshift/clockshift.c"
+CLOCK_JUMP_MS = 5000  # far beyond the detection allowance (ms), small enough to leave no long-lived key
 RETRY = "300ms"
 
 # SPEC's metrics and the ones the dashboard and alerts rely on.
@@ -55,7 +60,7 @@ REQUIRED_METRICS = {f"redlock_elector_{m}" for m in (
     "is_leader leader_transitions_total acquire_attempts_total renewals_total lease_valid_seconds "
     "fencing_token acquire_duration_seconds redis_up redis_quarantined redis_command_duration_seconds "
     "build_info acquire_wait_seconds leader_known quorum redis_endpoints_usable lease_info "
-    "stalls_total stalled").split()}
+    "stalls_total stalled redis_eligible redis_clock_jumps_total").split()}
 
 failures: list[str] = []
 events: list[tuple[float, str]] = []
@@ -115,14 +120,15 @@ class Proc:
 
     all: list["Proc"] = []
 
-    def __init__(self, name: str, argv: list[str], logdir: Path):
+    def __init__(self, name: str, argv: list[str], logdir: Path, env: dict[str, str] | None = None):
         self.name, self.argv, self.logdir = name, argv, logdir
+        self.env = {**os.environ, **env} if env else None
         self.p: subprocess.Popen | None = None
         Proc.all.append(self)
 
     def start(self) -> "Proc":
         out = open(self.logdir / f"{self.name}.log", "ab")
-        self.p = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
+        self.p = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                   stdin=subprocess.DEVNULL, start_new_session=True)
         return self
 
@@ -150,13 +156,34 @@ class Proc:
             return ""
 
 
+def build_clockshift(tmp: Path) -> Path:
+    """tests/clockshift's LD_PRELOAD library, built with cc (cargo needs cc to link anyway)."""
+    out = tmp / "libclockshift.so"
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(out), str(CLOCKSHIFT_SRC)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"cc failed to build {CLOCKSHIFT_SRC}:\n{r.stdout}{r.stderr}")
+    return out
+
+
 class Redis(Proc):
-    def __init__(self, name: str, logdir: Path):
+    def __init__(self, name: str, logdir: Path, clockshift: Path | None = None):
         self.port = free_port()
         d = logdir / name
         d.mkdir()
+        # Under the clockshift library, the server's wall clock is offset by the ms in this file.
+        self.offset_file = d / "clock-offset-ms" if clockshift else None
+        env = {"LD_PRELOAD": str(clockshift), "CLOCKSHIFT_FILE": str(self.offset_file)} if clockshift else None
         super().__init__(name, ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                                "--save", "", "--appendonly", "no", "--dir", str(d)], logdir)
+                                "--save", "", "--appendonly", "no", "--dir", str(d)], logdir, env)
+
+    def shift_clock(self, offset_ms: int) -> None:
+        """Set the server's wall-clock offset (from true time); written atomically by rename."""
+        assert self.offset_file, f"{self.name} does not run under the clockshift library"
+        tmp = self.offset_file.with_suffix(".tmp")
+        tmp.write_text(str(offset_ms))
+        os.replace(tmp, self.offset_file)
+        time.sleep(0.005)  # the library re-reads the file at most once per ms
 
     def start(self) -> "Redis":
         super().start()
@@ -322,7 +349,8 @@ def run(args) -> None:
 
 def scenario(args, tmp: Path) -> None:
     rules = rules_by_name()
-    redis = [Redis(f"redis-{i}", tmp).start() for i in range(1, 4)]
+    clockshift = build_clockshift(tmp)
+    redis = [Redis(f"redis-{i}", tmp, clockshift if i == 1 else None).start() for i in range(1, 4)]
     split_redis = Redis("redis-split", tmp).start()
     sidecars = [Sidecar(f"s{i}", args.binary, redis, tmp) for i in range(1, 4)]
     split = Sidecar("split", args.binary, [split_redis], tmp)
@@ -444,6 +472,45 @@ def scenario(args, tmp: Path) -> None:
     res = wait(15, lambda: [r["metric"].get("pod") for r in prom.query(stall)])
     check(res == [victim.identity], f"SidecarStalled expression names {victim.identity}: {res}")
     check(bool(wait(10, lambda: prom.firing_now("RedlockElectorSidecarStalled"))), "SidecarStalled fires")
+
+    # ---- 5b. redis-1's wall clock steps forward, then back (a minority of the nodes) --------
+    r1 = redis[0]
+    jump = rules["RedlockElectorRedisClockJump"]["expr"]
+    ep1 = f'endpoint="{r1.endpoint}", namespace="{NAMESPACE}"'
+
+    def jumps_seen() -> list[tuple[str, str]]:
+        return sorted((r["metric"]["endpoint"], r["metric"]["direction"]) for r in prom.query(jump))
+
+    def all_eligible() -> bool:  # every sidecar counts redis-1's vote again
+        v = prom.values(f"redlock_elector_redis_eligible{{{ep1}}}")
+        return len(v) == len(sidecars) and min(v) == 1
+
+    check(bool(wait(10, all_eligible)), f"redlock_elector_redis_eligible is 1 for {r1.endpoint} on every sidecar before the jump")
+    check(jumps_seen() == [], "RedisClockJump expression false before any jump (counters at their initial 0)")
+    for delta, direction in [(CLOCK_JUMP_MS, "forward"), (0, "backward")]:
+        t_jump = time.time()
+        event(f"redis-1 clock {direction} {CLOCK_JUMP_MS / 1000:g}s")
+        r1.shift_clock(delta)
+        res = wait(15, lambda: (r1.endpoint, direction) in jumps_seen() and jumps_seen())
+        check(bool(res), f"RedisClockJump expression true for {r1.endpoint} {direction}: {res}")
+        firing = wait(10, lambda: [a for a in prom.firing_now("RedlockElectorRedisClockJump")
+                                   if a["labels"].get("direction") == direction])
+        check(bool(firing) and [a["labels"]["endpoint"] for a in firing] == [r1.endpoint],
+              f"RedisClockJump fires for {r1.endpoint} {direction} (no for:)")
+        check(bool(wait(10, all_eligible)), f"{r1.endpoint} eligible again on every sidecar after ttl + margin")
+        seen = prom.range(f"max(redlock_elector_redis_quarantined{{{ep1}}})", t_jump, time.time())
+        check(any(float(v[1]) == 1 for s in seen for v in s["values"]),
+              f"redlock_elector_redis_quarantined was 1 for {r1.endpoint} after the {direction} jump")
+        seen = prom.range(f"min(redlock_elector_redis_eligible{{{ep1}}})", t_jump, time.time())
+        check(any(float(v[1]) == 0 for s in seen for v in s["values"]),
+              f"redlock_elector_redis_eligible was 0 for {r1.endpoint} after the {direction} jump")
+        check(prom_leaders() == 1 and len(leaders()) == 1, f"still exactly one leader after a {direction} jump on 1 of 3 nodes")
+    res = jumps_seen()
+    check(res == [(r1.endpoint, "backward"), (r1.endpoint, "forward")],
+          f"RedisClockJump expression true per endpoint and direction, and for nothing else: {res}")
+    n = {r["metric"]["direction"]: float(r["value"][1])
+         for r in prom.query(f"sum by (direction) (redlock_elector_redis_clock_jumps_total{{{ep1}}})")}
+    notes.append(f"clock jumps of {r1.endpoint} counted by the sidecars, per direction: {n}")
 
     # ---- 6. one Redis node down, then back (quarantined) ----------------------------------
     r3 = redis[2]
@@ -596,7 +663,7 @@ def main() -> int:
     ap.add_argument("--plot", help="write the main panels as a PNG here")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, TSDB)")
     args = ap.parse_args()
-    for tool in [args.binary, args.prometheus, args.promtool, shutil.which("redis-server")]:
+    for tool in [args.binary, args.prometheus, args.promtool, shutil.which("redis-server"), shutil.which("cc")]:
         if not tool or not Path(tool).exists():
             print(f"e2e: missing prerequisite: {tool!r} (run scripts/check-observability.sh, which installs them)", file=sys.stderr)
             return 1
