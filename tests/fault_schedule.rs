@@ -238,6 +238,18 @@ impl World {
         self.snapshot();
     }
 
+    /// `k` distinct nodes, at random, in order.
+    fn pick_nodes(&mut self, k: usize) -> Vec<usize> {
+        let mut nodes: Vec<usize> = (0..NODES).collect();
+        for i in 0..k {
+            let j = self.rng.random_range(i..NODES);
+            nodes.swap(i, j);
+        }
+        nodes.truncate(k);
+        nodes.sort();
+        nodes
+    }
+
     fn secs(&mut self, lo: f64, hi: f64) -> Duration {
         Duration::from_secs_f64(self.rng.random_range(lo..hi))
     }
@@ -336,13 +348,7 @@ impl World {
             }
             7 | 8 => {
                 let k = self.rng.random_range(1..=3);
-                let mut nodes: Vec<usize> = (0..NODES).collect();
-                for i in 0..k {
-                    let j = self.rng.random_range(i..NODES);
-                    nodes.swap(i, j);
-                }
-                nodes.truncate(k);
-                nodes.sort();
+                let nodes = self.pick_nodes(k);
                 let d = self.secs(0.5, 4.0);
                 self.rule(
                     LinkRule::Partition { sidecar: s, nodes },
@@ -360,13 +366,7 @@ impl World {
             10 | 11 => {
                 // One node up to a majority; forward or backward; 0.5–60 s.
                 let k = self.rng.random_range(1..=QUORUM);
-                let mut nodes: Vec<usize> = (0..NODES).collect();
-                for i in 0..k {
-                    let j = self.rng.random_range(i..NODES);
-                    nodes.swap(i, j);
-                }
-                nodes.truncate(k);
-                nodes.sort();
+                let nodes = self.pick_nodes(k);
                 let size = self.rng.random_range(500..60_000i64);
                 let delta = if self.rng.random_bool(0.5) {
                     size

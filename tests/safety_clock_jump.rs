@@ -36,6 +36,15 @@ fn opts(detection: bool) -> Opts {
     o
 }
 
+/// Sidecars a, b and c on every node.
+fn trio(nodes: &[Redis], o: &Opts) -> Vec<Sidecar> {
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    ["a", "b", "c"]
+        .iter()
+        .map(|id| Sidecar::start(id, &refs, o))
+        .collect()
+}
+
 /// The index of the one leader, once every sidecar counts a quorum of nodes.
 fn settled_leader(sidecars: &[&Sidecar]) -> usize {
     for s in sidecars {
@@ -79,12 +88,7 @@ fn jumps(s: &Sidecar) -> f64 {
 /// renewal; the checker watches for 3 s more.
 fn majority_scenario(detection: bool, steps: &[i64], gap: Duration) -> (Report, f64, String) {
     let nodes = nodes();
-    let refs: Vec<&Redis> = nodes.iter().collect();
-    let o = opts(detection);
-    let sidecars: Vec<Sidecar> = ["a", "b", "c"]
-        .iter()
-        .map(|id| Sidecar::start(id, &refs, &o))
-        .collect();
+    let sidecars = trio(&nodes, &opts(detection));
     let all: Vec<&Sidecar> = sidecars.iter().collect();
     settled_leader(&all);
     let checker = Checker::start(&sidecars.iter().map(|s| s.api_port).collect::<Vec<_>>());
@@ -154,12 +158,7 @@ fn majority_backward_then_forward_again() {
 #[test]
 fn minority_jump_keeps_the_leader() {
     let nodes = nodes();
-    let refs: Vec<&Redis> = nodes.iter().collect();
-    let o = opts(true);
-    let sidecars: Vec<Sidecar> = ["a", "b", "c"]
-        .iter()
-        .map(|id| Sidecar::start(id, &refs, &o))
-        .collect();
+    let sidecars = trio(&nodes, &opts(true));
     let all: Vec<&Sidecar> = sidecars.iter().collect();
     let leader = settled_leader(&all);
     let before = sidecars[leader].leader();
