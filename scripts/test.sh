@@ -14,6 +14,7 @@ ensure_apt curl curl
 ensure_apt kill procps          # the tests send real signals with kill(1), not the shell builtin
 ensure_apt python3 python3      # the packaging and observability checks run Python tools in a venv
 ensure_apt strip binutils       # the image's binary is stripped
+ensure_apt cc gcc               # the harness builds tests/clockshift (an LD_PRELOAD that steps Redis's wall clock)
 
 echo "== cargo test (unit + integration; real redis-server processes, real binary, real signals)"
 cargo test --locked --all-targets -- --test-threads="${TEST_THREADS:-2}"
