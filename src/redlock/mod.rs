@@ -5,6 +5,7 @@
 //! become impossible. Timings follow SPEC: T1 is taken before sending; validity is
 //! `ttl − elapsed − drift`; the deadline is `T1 + ttl − drift`.
 
+pub mod connect;
 pub mod math;
 pub mod node;
 pub mod scripts;
