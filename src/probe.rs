@@ -161,36 +161,50 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
         let mut ps = connector.pubsub().await?;
         ps.subscribe(&channel).await.map_err(classify_err)?;
         let mut notices = ps.into_on_message();
-        // The scripts on a probe key: acquire (GET, SET NX PX), renew (GET, PEXPIRE), release
-        // (GET, DEL, PUBLISH on the lease's channel). Token 0 writes no epoch.
-        let probe_key = format!("{key}:probe");
-        let probe_epoch = format!("{key}:probe:epoch");
-        let value = new_value("check-config");
+        // Every script on a fresh probe key: acquire (GET, SET NX PX), acquire again by someone
+        // else (the denial: PTTL), renew (PEXPIRE), release (DEL, PUBLISH on the lease's
+        // channel). Token 0 writes no epoch; the key expires after ttl if a step fails.
+        let probe_key = format!("{key}:probe:{}", new_value(""));
+        let probe_epoch = format!("{probe_key}:epoch");
+        let (value, other) = (new_value("check-config"), new_value("check-config"));
         let ttl_ms = config.lease.ttl.as_millis().to_string();
         let [acquire, renew, release] = scripts();
-        for (script, keys, args) in [
+        let both = [probe_key.as_str(), probe_epoch.as_str()];
+        let steps: [(&str, _, &[&str], Vec<&str>, i64); 4] = [
+            ("acquire", acquire, &both, vec![&value, &ttl_ms, "0"], 1),
             (
+                "acquire (denied)",
                 acquire,
-                vec![&probe_key, &probe_epoch],
-                vec![&value, &ttl_ms, "0"],
+                &both,
+                vec![&other, &ttl_ms, "0"],
+                0,
             ),
-            (
-                renew,
-                vec![&probe_key, &probe_epoch],
-                vec![&value, &ttl_ms, "0"],
-            ),
-            (release, vec![&probe_key], vec![&value, &channel]),
-        ] {
-            let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
-            let args: Vec<&str> = args.to_vec();
-            redis::cmd("EVALSHA")
+            ("renew", renew, &both, vec![&value, &ttl_ms, "0"], 1),
+            ("release", release, &both[..1], vec![&value, &channel], 1),
+        ];
+        for (step, script, keys, args, expect) in steps {
+            let reply: redis::Value = redis::cmd("EVALSHA")
                 .arg(&script.sha)
                 .arg(keys.len())
-                .arg(&keys)
-                .arg(&args)
-                .query_async::<redis::Value>(&mut conn)
+                .arg(keys)
+                .arg(args)
+                .query_async(&mut conn)
                 .await
                 .map_err(classify_err)?;
+            let got = match &reply {
+                redis::Value::Int(i) => Some(*i),
+                redis::Value::Array(items) => match items.first() {
+                    Some(redis::Value::Int(i)) => Some(*i),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if got != Some(expect) {
+                return Err(ConnectError::new(
+                    Reason::Other,
+                    format!("the {step} script on the probe key {probe_key} answered {reply:?}"),
+                ));
+            }
         }
         match tokio::time::timeout(timeout, notices.next()).await {
             Ok(Some(_)) => {}

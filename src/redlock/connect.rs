@@ -140,7 +140,10 @@ impl ConnectError {
     pub fn from_redis(e: &redis::RedisError, tls: bool) -> Self {
         let text = e.to_string();
         let code = e.code().unwrap_or("");
-        if code == "NOPERM" || text.contains("NOPERM") {
+        if code == "NOPERM"
+            || text.contains("NOPERM")
+            || text.contains("can't run this command or subcommand")
+        {
             let mut err = ConnectError::new(Reason::Noperm, text.clone());
             err.denied = denied_by_acl(&text);
             return err;
@@ -228,6 +231,11 @@ pub fn denied_by_acl(text: &str) -> Option<String> {
     if let Some(rest) = text.split("permissions to run the '").nth(1) {
         return rest.split('\'').next().map(str::to_string);
     }
+    // Inside a script Redis names the script and line instead: "The user executing the script
+    // can't run this command or subcommand script: <sha>, on @user_script:5."
+    if let Some(command) = denied_in_script(text) {
+        return Some(command);
+    }
     for what in ["key", "channel"] {
         if text.contains(&format!("access a {what}"))
             || text.contains(&format!("access one of the {what}"))
@@ -236,6 +244,28 @@ pub fn denied_by_acl(text: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// The command on the script line an ACL error inside a script points at, e.g. `publish`.
+fn denied_in_script(text: &str) -> Option<String> {
+    let sha = text.split("script: ").nth(1)?.split(',').next()?.trim();
+    let line: usize = text
+        .split("@user_script:")
+        .nth(1)?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    let script = super::scripts::scripts().iter().find(|s| s.sha == sha)?;
+    let source_line = script.source.lines().nth(line.checked_sub(1)?)?;
+    // A line may call several commands; name them all.
+    let commands: Vec<String> = source_line
+        .split("redis.call('")
+        .skip(1)
+        .filter_map(|rest| rest.split('\'').next())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    (!commands.is_empty()).then(|| commands.join(" or "))
 }
 
 fn one_line(s: &str) -> String {
@@ -815,6 +845,20 @@ mod tests {
             Some("key".into())
         );
         assert_eq!(denied_by_acl("ERR something"), None);
+        let release = &crate::redlock::scripts::scripts()[2];
+        let line = release
+            .source
+            .lines()
+            .position(|l| l.contains("redis.call('PUBLISH'"))
+            .unwrap()
+            + 1;
+        assert_eq!(
+            denied_by_acl(&format!(
+                "ResponseError: The user executing the script can't run this command or subcommand script: {}, on @user_script:{line}.",
+                release.sha
+            )),
+            Some("publish".into())
+        );
     }
 
     #[test]

@@ -421,6 +421,16 @@ impl Node {
             .set(i64::from(q));
     }
 
+    /// A failed subscription attempt is news only while the main connection works: otherwise
+    /// the connection's own warning already says why, and counting both would double the rate.
+    fn subscription_failed(&self, e: &ConnectError) {
+        if self.is_up() {
+            self.subscribe_failures.failed(e);
+        } else {
+            tracing::debug!(endpoint = %self.endpoint.name, error = %e, "release-notice subscription failed");
+        }
+    }
+
     /// Subscribe to `channel` on this node and call `on_message` for each message, reconnecting
     /// with backoff, until `stop` fires.
     pub async fn subscribe(
@@ -437,12 +447,12 @@ impl Node {
                     .await
                     .map_err(|_| ConnectError::new(Reason::Timeout, "connect timed out"))
                     .and_then(|r| r)
-                    .inspect_err(|e| self.subscribe_failures.failed(e))
+                    .inspect_err(|e| self.subscription_failed(e))
                     .map_err(|e| e.to_string())?;
                 ps.subscribe(&channel)
                     .await
                     .map_err(|e| ConnectError::from_redis(&e, self.connector.is_tls()))
-                    .inspect_err(|e| self.subscribe_failures.failed(e))
+                    .inspect_err(|e| self.subscription_failed(e))
                     .map_err(|e| e.to_string())?;
                 self.subscribe_failures.succeeded();
                 let mut stream = ps.into_on_message();
