@@ -239,6 +239,12 @@ impl Node {
                         {
                             self.mark_broken();
                         }
+                        // An ACL that lets the handshake through but denies a script (or a
+                        // command inside one) makes the endpoint as unusable as a failed connect.
+                        let classified = ConnectError::from_redis(&e, self.connector.is_tls());
+                        if classified.reason == Reason::Noperm {
+                            self.connect_failures.failed(&classified);
+                        }
                         Err(CommandError::Redis(e))
                     }
                     Ok(Ok(v)) => Ok(v),
