@@ -1561,6 +1561,96 @@ mod tests {
     }
 
     #[test]
+    fn tls_client_certificate_and_server_name() {
+        let mut e = env();
+        e.files.insert("/ca".into(), "ca".into());
+        e.files.insert("/crt".into(), "crt".into());
+        e.files.insert("/key".into(), "key".into());
+        let c = load(
+            "lease: {name: a}\nredis: {endpoints: ['rediss://10.0.0.1:6380'], tls: {caFile: /ca, certFile: /crt, keyFile: /key, serverName: redis.example.internal}}",
+            &e,
+        )
+        .unwrap();
+        assert_eq!(c.redis.tls_cert_file.as_deref(), Some(Path::new("/crt")));
+        assert_eq!(c.redis.tls_key_file.as_deref(), Some(Path::new("/key")));
+        assert_eq!(
+            c.redis.tls_server_name.as_deref(),
+            Some("redis.example.internal")
+        );
+        let yaml = effective_yaml(&c);
+        for want in [
+            "certFile: /crt",
+            "keyFile: /key",
+            "serverName: redis.example.internal",
+        ] {
+            assert!(yaml.contains(want), "{want} missing in:\n{yaml}");
+        }
+        let bad: &[(&str, &str)] = &[
+            ("tls: {certFile: /crt}", "redis.tls.keyFile"),
+            ("tls: {keyFile: /key}", "redis.tls.certFile"),
+            (
+                "tls: {certFile: /nope, keyFile: /key}",
+                "redis.tls.certFile",
+            ),
+            ("tls: {certFile: /crt, keyFile: /nope}", "redis.tls.keyFile"),
+            ("tls: {serverName: 'not a name'}", "redis.tls.serverName"),
+        ];
+        for (tls, field) in bad {
+            let yaml = format!("lease: {{name: a}}\nredis: {{endpoints: ['rediss://h'], {tls}}}");
+            assert_eq!(load(&yaml, &e).unwrap_err().field, *field, "{yaml}");
+        }
+        // Flags and env spell them too.
+        let raw = match parse_args(
+            [
+                "redlock-elector",
+                "--lease",
+                "a",
+                "--redis",
+                "rediss://h",
+                "--redis-tls-cert-file",
+                "/crt",
+                "--redis-tls-key-file",
+                "/key",
+                "--redis-tls-server-name",
+                "redis.test",
+            ],
+            &e,
+        )
+        .unwrap()
+        {
+            Command::Run(raw, _) => raw,
+            other => panic!("{other:?}"),
+        };
+        let c = validate(&raw, &e, false).unwrap();
+        assert_eq!(c.redis.tls_server_name.as_deref(), Some("redis.test"));
+        assert_eq!(
+            env_name("redis.tls.serverName"),
+            "REDLOCK_ELECTOR_REDIS_TLS_SERVER_NAME"
+        );
+    }
+
+    #[test]
+    fn check_config_connect_flag() {
+        let mut e = env();
+        e.files.insert(
+            "c.yaml".into(),
+            "lease: {name: a}\nredis: {endpoints: [redis://h]}".into(),
+        );
+        for (args, want) in [
+            (vec!["redlock-elector", "check-config", "c.yaml"], false),
+            (
+                vec!["redlock-elector", "check-config", "--connect", "c.yaml"],
+                true,
+            ),
+        ] {
+            match parse_args(args, &e).unwrap() {
+                Command::CheckConfig { connect, .. } => assert_eq!(connect, want),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn bad_configs_name_the_field() {
         let cases: &[(&str, &str)] = &[
             ("redis: {endpoints: [redis://a]}", "lease.name"),

@@ -765,6 +765,15 @@ fn rotate(acl: bool) {
             "the follower led"
         );
     }
+    // The recovery is logged at info, naming the reason it recovered from.
+    assert!(
+        sidecars
+            .iter()
+            .any(|s| log_lines(s).iter().any(|x| x["level"] == "INFO"
+                && x["message"] == "redis connection works again"
+                && x["previous_reason"] == "auth")),
+        "no recovery line after the `auth` failures"
+    );
     let after = l.leader();
     assert!(after.is_leader && after.fencing_token == before.fencing_token);
     for s in &sidecars {
