@@ -261,14 +261,22 @@ fn elect_and_hand_over_over_tls() {
     let refs: Vec<&Sidecar> = sidecars.iter().collect();
     let mut leader = wait_sole_leader(&refs, Duration::from_secs(10));
     let mut led = vec![sidecars[leader].identity.clone()];
-    for n in &nodes {
-        let v = n.cli(&["GET", "redlock-elector:test"]).unwrap();
-        assert!(
-            v.starts_with(&format!("{}#", sidecars[leader].identity)),
-            "node {} holds {v:?}",
-            n.port
-        );
-    }
+    // A quorum granted the lease; the next renewal heals a node that missed it (a reply later
+    // than the per-node timeout on a loaded machine).
+    let mine = format!("{}#", sidecars[leader].identity);
+    let everywhere = wait_for(Duration::from_secs(3), Duration::from_millis(20), || {
+        nodes
+            .iter()
+            .all(|n| {
+                n.cli(&["GET", "redlock-elector:test"])
+                    .is_some_and(|v| v.starts_with(&mine))
+            })
+            .then_some(())
+    });
+    assert!(
+        everywhere.is_some(),
+        "the leader's key is not on every node"
+    );
     for s in &sidecars {
         assert_no_secret(s, &[pw]);
     }
@@ -765,12 +773,15 @@ fn rotate(acl: bool) {
             "the follower led"
         );
     }
-    // The recovery is logged at info, naming the reason it recovered from.
+    // The recovery is logged at info, naming the reason it recovered from (on the connection
+    // or on the release-notice subscription, whichever met the old password).
     assert!(
         sidecars
             .iter()
             .any(|s| log_lines(s).iter().any(|x| x["level"] == "INFO"
-                && x["message"] == "redis connection works again"
+                && x["message"]
+                    .as_str()
+                    .is_some_and(|m| m.ends_with("works again"))
                 && x["previous_reason"] == "auth")),
         "no recovery line after the `auth` failures"
     );

@@ -749,6 +749,10 @@ impl FailureLog {
             .unwrap_or_else(|p| p.into_inner())
             .failure(e, Instant::now());
         if let Verdict::Warn { suppressed } = verdict {
+            let headline = match &e.denied {
+                Some(d) => format!("{} ({d} denied)", e.reason.label()),
+                None => e.reason.label().to_string(),
+            };
             tracing::warn!(
                 endpoint = %self.endpoint,
                 reason = e.reason.label(),
@@ -756,9 +760,8 @@ impl FailureLog {
                 error = %e.detail,
                 fix = e.reason.fix(),
                 suppressed,
-                "{} failed: {}; retrying",
+                "{} failed: {headline}; retrying",
                 self.what,
-                e.reason.label(),
             );
         } else {
             tracing::debug!(endpoint = %self.endpoint, error = %e, "{} failed", self.what);
