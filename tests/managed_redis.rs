@@ -116,6 +116,17 @@ fn expect_warnings(s: &Sidecar, endpoints: &[String], reason: &str) -> Vec<serde
         .find(|l| l["message"] == "redlock-elector started")
         .expect("start line");
     let t0 = secs_of_day(started["timestamp"].as_str().unwrap());
+    let last = lines
+        .iter()
+        .map(|l| secs_of_day(l["timestamp"].as_str().unwrap()) - t0)
+        .fold(0.0, f64::max);
+    report(
+        &format!(
+            "{}: last `{reason}` warning after the start line",
+            s.identity
+        ),
+        format!("{last:.3}s"),
+    );
     for l in &lines {
         let after = secs_of_day(l["timestamp"].as_str().unwrap()) - t0;
         assert!(
@@ -756,8 +767,21 @@ fn rotate(acl: bool) {
         "password rotation: file updated -> all nodes reconnected",
         format!("{:?}", t_file.elapsed()),
     );
-    // Renewals keep working for a while after.
+    // Renewals keep working for a while after, and every connection is (still) up: one that
+    // noticed the kill only now has reconnected with the new password too.
     std::thread::sleep(Duration::from_millis(1500));
+    for s in &sidecars {
+        wait_for(Duration::from_secs(3), Duration::from_millis(10), || {
+            (redis_up(s) == 3.0).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{} is not connected to every node:\n{}",
+                s.identity,
+                s.logs()
+            )
+        });
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let views = watch.join().unwrap();
     assert!(views.len() > 50, "too few observations: {}", views.len());
