@@ -31,12 +31,15 @@ NICE="${CONTROL_PLANE_NICE:-15}"
 START_TIMEOUT="${CONTROL_PLANE_START_TIMEOUT:-90}"
 # What a test or the stand-in kubelet needs; the rest (node lifecycle, pod GC of pods on unknown
 # nodes, jobs, ...) stays off so that nothing acts on the stand-in's pods behind its back.
-KCM_CONTROLLERS="deployment-controller,replicaset-controller,statefulset-controller,endpoints-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller,disruption-controller"
+KCM_CONTROLLERS="deployment-controller,replicaset-controller,statefulset-controller,endpoints-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,garbage-collector-controller,disruption-controller,clusterrole-aggregation-controller"
+# Extra flags, split on spaces, e.g. KUBE_APISERVER_EXTRA_ARGS="--feature-gates=..." or an audit log.
+read -r -a APISERVER_EXTRA <<< "${KUBE_APISERVER_EXTRA_ARGS:-}"
+read -r -a KCM_EXTRA <<< "${KUBE_CONTROLLER_MANAGER_EXTRA_ARGS:-}"
 SERVICE_CIDR=10.0.0.0/24
 SERVICE_IP=10.0.0.1   # first address of SERVICE_CIDR: the `kubernetes` Service
 
 die() { echo "control-plane: $*" >&2; exit 1; }
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------------- building
 GO=""
@@ -53,20 +56,21 @@ mod_version() {
 }
 
 # build_component NAME MODDIR VERSION LDFLAGS PKG...: build PKGs of the module in MODDIR into
-# $CACHE/NAME-VERSION unless it already holds a build from the same go.mod, go.sum and go.
+# $CACHE/NAME-VERSION unless it already holds a build from the same go.mod, go.sum, go and
+# ldflags (apart from the build date).
 # Prints nothing on a cache hit. Concurrent callers wait on one lock instead of building twice.
 build_component() {
   local name=$1 dir=$2 version=$3 ldflags=$4; shift 4
   local out="$CACHE/$name-$version" stamp want start
   find_go
-  want="$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
+  want="$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${ldflags//$BUILD_DATE/}"; } | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
   stamp="$out/.built-from"
   if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then return; fi
   mkdir -p "$CACHE"
   exec 9>"$CACHE/.$name.lock"
   flock 9
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "-- building $name $version with $("$GO" env GOVERSION) into $out (a cold Kubernetes build takes tens of minutes)" >&2
+    echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold on 2 cores: kubernetes ~12 min, etcd ~1, helm ~6)" >&2
     start=$SECONDS
     rm -rf "$out.tmp"
     (cd "$dir" && CGO_ENABLED=0 nice -n "$NICE" "$GO" build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@") \
@@ -81,19 +85,20 @@ build_component() {
 }
 
 build_all() {
-  local k8s etcd helm date major minor ld p
+  local k8s etcd helm major minor ld p
   k8s="$(mod_version "$MODS/kubernetes" k8s.io/kubernetes)"
   etcd="$(mod_version "$MODS/etcd" go.etcd.io/etcd/server/v3)"
   helm="$(mod_version "$MODS/helm" helm.sh/helm/v4)"
   [ -n "$k8s" ] && [ -n "$etcd" ] && [ -n "$helm" ] || die "build: cannot read the versions from $MODS/*/go.mod"
-  date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   major="${k8s#v}"; major="${major%%.*}"
   minor="${k8s#v*.}"; minor="${minor%%.*}"
   # What hack/lib/version.sh sets, so /version and `kubectl version` tell the truth. The module
-  # proxy does not say which commit the tag is, so gitCommit stays empty rather than made up.
+  # proxy does not say which commit the tag is, so gitCommit is empty rather than made up (or
+  # left at its placeholder "$Format:%H$").
   ld="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld="$ld -X $p.gitVersion=$k8s -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=$date"
+    ld="$ld -X $p.gitVersion=$k8s -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitCommit= -X $p.gitTreeState=clean -X $p.buildDate=$BUILD_DATE"
   done
   build_component kubernetes "$MODS/kubernetes" "$k8s" "$ld" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
@@ -272,7 +277,7 @@ up() {
     --authorization-mode Node,RBAC \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none
+    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none ${APISERVER_EXTRA[@]+"${APISERVER_EXTRA[@]}"}
   wait_for kube-apiserver sh -c "curl -sf --max-time 2 --cacert '$PKI/ca.crt' --cert '$PKI/admin.crt' --key '$PKI/admin.key' https://127.0.0.1:$APISERVER_PORT/readyz | grep -qx ok"
 
   kubeconfig "$DIR/admin.kubeconfig" admin
@@ -283,7 +288,7 @@ up() {
     --authorization-kubeconfig "$DIR/controller-manager.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$DIR/controller-manager" \
     --leader-elect=false --controllers "$KCM_CONTROLLERS" --use-service-account-credentials \
-    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt"
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" ${KCM_EXTRA[@]+"${KCM_EXTRA[@]}"}
   wait_for kube-controller-manager curl -skf --max-time 2 "https://127.0.0.1:$kcm_port/healthz"
   # Its ServiceAccount controller creates `default` in every namespace; pods need it to be admitted.
   wait_for kube-controller-manager https_get "https://127.0.0.1:$APISERVER_PORT/api/v1/namespaces/default/serviceaccounts/default"
