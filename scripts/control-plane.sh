@@ -89,7 +89,7 @@ build_all() {
   k8s="$(mod_version "$MODS/kubernetes" k8s.io/kubernetes)"
   etcd="$(mod_version "$MODS/etcd" go.etcd.io/etcd/server/v3)"
   helm="$(mod_version "$MODS/helm" helm.sh/helm/v4)"
-  [ -n "$k8s" ] && [ -n "$etcd" ] && [ -n "$helm" ] || die "build: cannot read the versions from $MODS/*/go.mod"
+  if [ -z "$k8s" ] || [ -z "$etcd" ] || [ -z "$helm" ]; then die "build: cannot read the versions from $MODS/*/go.mod"; fi
   BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   major="${k8s#v}"; major="${major%%.*}"
   minor="${k8s#v*.}"; minor="${minor%%.*}"
@@ -227,11 +227,11 @@ wait_for() {
 }
 
 stop_one() {
-  local name=$1 pid i
+  local name=$1 pid _
   pid="$(cat "$DIR/$name.pid" 2>/dev/null)" || return 0
   if running "$name"; then
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 50); do running "$name" || break; sleep 0.1; done
+    for _ in $(seq 50); do running "$name" || break; sleep 0.1; done
     if running "$name"; then echo "control-plane: $name (pid $pid) ignored SIGTERM for 5 s; SIGKILL" >&2; kill -KILL "$pid" 2>/dev/null || true; fi
   fi
   rm -f "$DIR/$name.pid"
@@ -254,7 +254,7 @@ up() {
   build_all
   touch "$DIR/.control-plane"   # lets `down` check it removes a directory of ours
   mkdir -p "$DIR/logs"
-  trap 'fail up "interrupted"' INT TERM
+  trap 'fail startup "interrupted by a signal"' INT TERM
   make_pki
   read -r etcd_port peer_port APISERVER_PORT kcm_port < <(free_ports 4) || fail ports "python3 could not find 4 free loopback ports"
   echo "$APISERVER_PORT" > "$DIR/apiserver.port"
