@@ -57,64 +57,69 @@ mod_version() {
 
 # build_component NAME MODDIR VERSION LDFLAGS PKG...: build PKGs of the module in MODDIR into
 # $CACHE/NAME-VERSION unless it already holds a build from the same go.mod, go.sum, go and
-# ldflags (apart from the build date).
-# Prints nothing on a cache hit. Concurrent callers wait on one lock instead of building twice.
+# ldflags (apart from the build date). Prints nothing on a cache hit. Called under build_all's lock.
 build_component() {
   local name=$1 dir=$2 version=$3 ldflags=$4; shift 4
-  local out="$CACHE/$name-$version" stamp want start
-  find_go
+  local out="$CACHE/$name-$version" want start
   want="$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${ldflags//$BUILD_DATE/}"; } | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
-  stamp="$out/.built-from"
-  if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then return; fi
-  mkdir -p "$CACHE"
-  exec 9>"$CACHE/.$name.lock"
-  flock 9
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold on 2 cores: kubernetes ~12 min, etcd ~1, helm ~6)" >&2
-    start=$SECONDS
-    rm -rf "$out.tmp"
-    (cd "$dir" && CGO_ENABLED=0 nice -n "$NICE" "$GO" build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@") \
-      > "$CACHE/$name-build.log" 2>&1 \
-      || { tail -n 30 "$CACHE/$name-build.log" >&2; rm -rf "$out.tmp"; die "build: go build of $name $version failed (whole log: $CACHE/$name-build.log)"; }
-    echo "$want" > "$out.tmp/.built-from"
-    rm -rf "$out"
-    mv "$out.tmp" "$out"
-    echo "-- built $name $version in $((SECONDS - start)) s" >&2
-  fi
-  exec 9>&-
+  if [ "$(cat "$out/.built-from" 2>/dev/null)" = "$want" ]; then return; fi
+  echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold on 2 cores: kubernetes ~12 min, etcd ~1, helm ~6)" >&2
+  start=$SECONDS
+  rm -rf "$out.tmp"
+  (cd "$dir" && CGO_ENABLED=0 nice -n "$NICE" "$GO" build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@") \
+    > "$CACHE/$name-build.log" 2>&1 \
+    || { tail -n 30 "$CACHE/$name-build.log" >&2; rm -rf "$out.tmp"; die "build: go build of $name $version failed (whole log: $CACHE/$name-build.log)"; }
+  # go build names a binary after the import path's last element before a /vN: etcd's is server.
+  if [ -e "$out.tmp/server" ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
+  echo "$want" > "$out.tmp/.built-from"
+  rm -rf "$out"
+  mv "$out.tmp" "$out"
+  echo "-- built $name $version in $((SECONDS - start)) s" >&2
 }
 
+# link_bins DIR: DIR/<binary> -> the binaries of the versions pinned now.
+link_bins() {
+  mkdir -p "$1"
+  ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kube-apiserver" "$1/kube-apiserver"
+  ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kube-controller-manager" "$1/kube-controller-manager"
+  ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kubectl" "$1/kubectl"
+  ln -sfn "$CACHE/etcd-$ETCD_VERSION/etcd" "$1/etcd"
+  ln -sfn "$CACHE/helm-$HELM_VERSION/helm" "$1/helm"
+}
+
+# build_all: build what is missing; $CACHE/bin links to the result. One lock, so concurrent
+# callers (two `up`s at once) wait for one build instead of racing.
 build_all() {
-  local k8s etcd helm major minor ld p
-  k8s="$(mod_version "$MODS/kubernetes" k8s.io/kubernetes)"
-  etcd="$(mod_version "$MODS/etcd" go.etcd.io/etcd/server/v3)"
-  helm="$(mod_version "$MODS/helm" helm.sh/helm/v4)"
-  if [ -z "$k8s" ] || [ -z "$etcd" ] || [ -z "$helm" ]; then die "build: cannot read the versions from $MODS/*/go.mod"; fi
+  local major minor ld p
+  find_go
+  K8S_VERSION="$(mod_version "$MODS/kubernetes" k8s.io/kubernetes)"
+  ETCD_VERSION="$(mod_version "$MODS/etcd" go.etcd.io/etcd/server/v3)"
+  HELM_VERSION="$(mod_version "$MODS/helm" helm.sh/helm/v4)"
+  if [ -z "$K8S_VERSION" ] || [ -z "$ETCD_VERSION" ] || [ -z "$HELM_VERSION" ]; then
+    die "build: cannot read the versions from $MODS/*/go.mod"
+  fi
   BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  major="${k8s#v}"; major="${major%%.*}"
-  minor="${k8s#v*.}"; minor="${minor%%.*}"
+  major="${K8S_VERSION#v}"; major="${major%%.*}"
+  minor="${K8S_VERSION#v*.}"; minor="${minor%%.*}"
   # What hack/lib/version.sh sets, so /version and `kubectl version` tell the truth. The module
   # proxy does not say which commit the tag is, so gitCommit is empty rather than made up (or
   # left at its placeholder "$Format:%H$").
   ld="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld="$ld -X $p.gitVersion=$k8s -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitCommit= -X $p.gitTreeState=clean -X $p.buildDate=$BUILD_DATE"
+    ld="$ld -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitCommit= -X $p.gitTreeState=clean -X $p.buildDate=$BUILD_DATE"
   done
-  build_component kubernetes "$MODS/kubernetes" "$k8s" "$ld" \
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/.build.lock"
+  flock 9
+  build_component kubernetes "$MODS/kubernetes" "$K8S_VERSION" "$ld" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
   # etcd's version is a constant in go.etcd.io/etcd/api/v3/version; only its GitSHA is an ldflag.
-  build_component etcd "$MODS/etcd" "$etcd" "-s -w" go.etcd.io/etcd/server/v3
-  # go build names the binary after the import path's last element before the /v3: server.
-  if [ -e "$CACHE/etcd-$etcd/server" ]; then mv "$CACHE/etcd-$etcd/server" "$CACHE/etcd-$etcd/etcd"; fi
-  build_component helm "$MODS/helm" "$helm" "-s -w -X helm.sh/helm/v4/internal/version.version=$helm -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+  build_component etcd "$MODS/etcd" "$ETCD_VERSION" "-s -w" go.etcd.io/etcd/server/v3
+  build_component helm "$MODS/helm" "$HELM_VERSION" \
+    "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
     helm.sh/helm/v4/cmd/helm
-  mkdir -p "$CACHE/bin"
-  ln -sfn "$CACHE/kubernetes-$k8s/kube-apiserver" "$CACHE/bin/kube-apiserver"
-  ln -sfn "$CACHE/kubernetes-$k8s/kube-controller-manager" "$CACHE/bin/kube-controller-manager"
-  ln -sfn "$CACHE/kubernetes-$k8s/kubectl" "$CACHE/bin/kubectl"
-  ln -sfn "$CACHE/etcd-$etcd/etcd" "$CACHE/bin/etcd"
-  ln -sfn "$CACHE/helm-$helm/helm" "$CACHE/bin/helm"
-  BIN="$CACHE/bin"
+  link_bins "$CACHE/bin"
+  exec 9>&-
 }
 
 # ------------------------------------------------------------------------------ certificates
@@ -253,6 +258,9 @@ up() {
   ensure_apt flock util-linux
   build_all
   touch "$DIR/.control-plane"   # lets `down` check it removes a directory of ours
+  # Links to the versioned binaries: a later build of other versions leaves these alone.
+  BIN="$DIR/bin"
+  link_bins "$BIN"
   mkdir -p "$DIR/logs"
   trap 'fail startup "interrupted by a signal"' INT TERM
   make_pki
@@ -294,7 +302,6 @@ up() {
   wait_for kube-controller-manager https_get "https://127.0.0.1:$APISERVER_PORT/api/v1/namespaces/default/serviceaccounts/default"
 
   trap - INT TERM
-  ln -sfn "$BIN" "$DIR/bin"
   echo "-- control plane up in $((SECONDS - t0)) s: apiserver https://127.0.0.1:$APISERVER_PORT, binaries in $DIR/bin, logs in $DIR/logs" >&2
   echo "$DIR/admin.kubeconfig"
 }
@@ -308,7 +315,7 @@ down() {
 }
 
 case "${1:-}" in
-  build) [ $# -eq 1 ] || usage; ensure_apt flock util-linux; build_all; echo "$BIN" ;;
+  build) [ $# -eq 1 ] || usage; ensure_apt flock util-linux; build_all; echo "$CACHE/bin" ;;
   up) [ $# -eq 2 ] || usage; DIR=$2; up ;;
   down) [ $# -eq 2 ] || usage; DIR=$2; down ;;
   *) usage ;;
