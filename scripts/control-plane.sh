@@ -63,7 +63,7 @@ build_component() {
   local out="$CACHE/$name-$version" want start
   want="$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${ldflags//$BUILD_DATE/}"; } | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
   if [ "$(cat "$out/.built-from" 2>/dev/null)" = "$want" ]; then return; fi
-  echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold on 2 cores: kubernetes ~12 min, etcd ~1, helm ~6)" >&2
+  echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold, all three: 10 to 40 min on 2 cores, see README)" >&2
   start=$SECONDS
   rm -rf "$out.tmp"
   (cd "$dir" && CGO_ENABLED=0 nice -n "$NICE" "$GO" build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@") \
