@@ -246,7 +246,7 @@ fn ms_between(a: Instant, b: Instant) -> f64 {
 mod common;
 
 use common::{
-    Opts as SidecarOpts, Redis, Sidecar, View, binary, http, library_config, resp_encode,
+    Opts as SidecarOpts, Pki, Redis, Sidecar, View, binary, http, library_config, resp_encode,
 };
 
 /// Start the real sidecar with the binary's own defaults (ttl 10s, retryEvery 1s, timeout 50ms);
@@ -1067,6 +1067,114 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
     }
 }
 
+/// Acquire and renewal over TLS against plain TCP, same run, interleaved so that both see the
+/// same machine load: three TLS-only nodes (certificates from `openssl`) beside three plain ones.
+fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[&Redis]) {
+    eprintln!("== TLS vs plain TCP: acquire + renew (library API), 3 nodes each");
+    let iters = o.n(1000, 100);
+    let pki = Pki::new();
+    let tls_nodes: Vec<Redis> = (0..3).map(|_| Redis::start_tls(&pki, false, &[])).collect();
+    wait_quarantine(
+        &tls_nodes.iter().collect::<Vec<_>>(),
+        Duration::from_secs(1),
+    );
+    let ca = pki.arg("ca.crt");
+    let setups = [
+        (
+            "tcp",
+            plain.iter().map(|n| n.url()).collect::<Vec<_>>(),
+            vec![],
+        ),
+        (
+            "tls",
+            tls_nodes
+                .iter()
+                .map(|n| format!("rediss://localhost:{}", n.port))
+                .collect(),
+            vec!["--redis-tls-ca-file", ca.as_str()],
+        ),
+    ];
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let locks: Vec<Arc<Redlock>> = setups
+        .iter()
+        .map(|(name, urls, extra)| {
+            let lease = format!("bench-tls-{name}");
+            let mut args = vec![
+                "--lease",
+                &lease,
+                "--ttl",
+                "1s",
+                "--identity",
+                "bench",
+                "--kubernetes",
+                "false",
+            ];
+            for u in urls {
+                args.extend(["--redis", u.as_str()]);
+            }
+            args.extend(extra.iter().copied());
+            let cfg = library_config(&args);
+            let redlock =
+                Arc::new(Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock"));
+            for node in redlock.nodes() {
+                rt.spawn(node.clone().maintain(stop_rx.clone()));
+            }
+            redlock
+        })
+        .collect();
+    let ready = wait_for(Duration::from_secs(10), || {
+        locks
+            .iter()
+            .flat_map(|r| r.nodes())
+            .all(|n| n.is_up() && n.counts(tokio::time::Instant::now()))
+            .then_some(())
+    });
+    assert!(
+        ready.is_some(),
+        "TCP and TLS library nodes did not all connect"
+    );
+    let (mut acq, mut ren) = (vec![vec![]; 2], vec![vec![]; 2]);
+    rt.block_on(async {
+        for i in 0..iters + iters / 10 {
+            for (k, redlock) in locks.iter().enumerate() {
+                let t0 = Instant::now();
+                let lease = match redlock.acquire("bench").await {
+                    Acquire::Acquired(l) => l,
+                    other => panic!(
+                        "acquire over {} failed on free nodes: {other:?}",
+                        setups[k].0
+                    ),
+                };
+                let t1 = Instant::now();
+                let renewed = redlock.renew(&lease).await;
+                let t2 = Instant::now();
+                assert!(renewed.is_some(), "renewal over {} failed", setups[k].0);
+                redlock.release(&lease.value, false).await;
+                if i >= iters / 10 {
+                    acq[k].push(ms(t1 - t0));
+                    ren[k].push(ms(t2 - t1));
+                }
+            }
+        }
+    });
+    let _ = stop_tx.send(true);
+    let (a_tcp, a_tls) = (pct(&acq[0], 0.5), pct(&acq[1], 0.5));
+    let (r_tcp, r_tls) = (pct(&ren[0], 0.5), pct(&ren[1], 0.5));
+    let n = format!("{} rounds each, interleaved", acq[0].len());
+    #[rustfmt::skip]
+    let rows: Vec<Spec> = vec![
+        ("acquire p50, plain TCP", a_tcp, "ms", None, &n),
+        ("acquire p50, TLS", a_tls, "ms", None, "TLS 1.3 (rustls, ring), CA from redis.tls.caFile"),
+        ("acquire p99, plain TCP", pct(&acq[0], 0.99), "ms", None, ""),
+        ("acquire p99, TLS", pct(&acq[1], 0.99), "ms", None, ""),
+        ("renewal round p50, plain TCP", r_tcp, "ms", None, ""),
+        ("renewal round p50, TLS", r_tls, "ms", None, ""),
+        ("TLS / TCP acquire p50", a_tls / a_tcp, "x", None, ""),
+        ("TLS / TCP renewal p50", r_tls / r_tcp, "x", None, ""),
+    ];
+    rep.add("tls", &rows);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. graceful handover and 3. crash failover: three real sidecars on three nodes
 
@@ -1855,6 +1963,9 @@ fn main() {
     let mut rep = Report::default();
     if o.wants("acquire") {
         bench_acquire(&rt, &o, &mut rep, &shared);
+    }
+    if o.wants("tls") {
+        bench_tls(&rt, &o, &mut rep, &three);
     }
     if o.wants("handover") {
         bench_handover(&rt, &o, &mut rep, &three);

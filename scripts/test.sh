@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what it needs (redis-server, and whatever the check scripts
-# need), runs every Rust test (unit + integration against real redis-server processes and the
+# The whole test suite: installs what it needs (redis-server, openssl, and whatever the check
+# scripts need), runs every Rust test (unit + integration against real redis-server processes and the
 # real binary), then every scripts/check-*.sh (packaging, observability, ...).
 #
 #   ./scripts/test.sh            everything
@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 ensure_apt redis-server redis-server
+ensure_apt openssl openssl      # tests/managed_redis.rs makes its CA, server and client certificates with it
 ensure_apt curl curl
 ensure_apt kill procps          # the tests send real signals with kill(1), not the shell builtin
 ensure_apt python3 python3      # the packaging and observability checks run Python tools in a venv

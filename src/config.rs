@@ -93,6 +93,21 @@ pub const SETTINGS: &[Setting] = &[
         help: "PEM CA bundle for rediss:// endpoints",
     },
     Setting {
+        key: "redis.tls.certFile",
+        flag: "redis-tls-cert-file",
+        help: "PEM client certificate (chain) for servers that require one (tls-auth-clients yes); with keyFile",
+    },
+    Setting {
+        key: "redis.tls.keyFile",
+        flag: "redis-tls-key-file",
+        help: "PEM private key of redis.tls.certFile",
+    },
+    Setting {
+        key: "redis.tls.serverName",
+        flag: "redis-tls-server-name",
+        help: "Name to verify the server certificate against (and send as SNI) instead of the URL's host, e.g. for endpoints reached by IP",
+    },
+    Setting {
         key: "redis.tls.insecureSkipVerify",
         flag: "redis-tls-insecure-skip-verify",
         help: "Skip TLS certificate verification (testing only) [default: false]",
@@ -252,6 +267,12 @@ pub struct RedisConfig {
     pub password_file: Option<PathBuf>,
     /// PEM CA bundle for TLS endpoints.
     pub tls_ca_file: Option<PathBuf>,
+    /// PEM client certificate chain, for servers with `tls-auth-clients yes` (with the key).
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of the client certificate.
+    pub tls_key_file: Option<PathBuf>,
+    /// Name the server certificate is verified against (and SNI), instead of the URL's host.
+    pub tls_server_name: Option<String>,
     /// Skip certificate verification.
     pub tls_insecure_skip_verify: bool,
 }
@@ -437,6 +458,9 @@ struct FileRedis {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FileTls {
     ca_file: Option<Scalar>,
+    cert_file: Option<Scalar>,
+    key_file: Option<Scalar>,
+    server_name: Option<Scalar>,
     insecure_skip_verify: Option<Scalar>,
 }
 
@@ -540,6 +564,9 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Raw, ConfigError> {
     raw.put("redis.passwordFile", redis.password_file);
     let tls = redis.tls.unwrap_or_default();
     raw.put("redis.tls.caFile", tls.ca_file);
+    raw.put("redis.tls.certFile", tls.cert_file);
+    raw.put("redis.tls.keyFile", tls.key_file);
+    raw.put("redis.tls.serverName", tls.server_name);
     raw.put("redis.tls.insecureSkipVerify", tls.insecure_skip_verify);
     raw.put("api.listen", file.api.unwrap_or_default().listen);
     raw.put("ops.listen", file.ops.unwrap_or_default().listen);
@@ -603,8 +630,15 @@ pub fn apply_env(raw: &mut Raw, env: &dyn Env) {
 pub enum Command {
     /// Run the sidecar with this raw config (file + env + flags).
     Run(Box<Raw>, UnsafeSwitches),
-    /// Validate and print.
-    CheckConfig(Box<Raw>, UnsafeSwitches),
+    /// Validate and print; with `connect`, also probe every endpoint (`check-config --connect`).
+    CheckConfig {
+        /// The raw config (file + env + flags).
+        raw: Box<Raw>,
+        /// The hidden test-only switches.
+        switches: UnsafeSwitches,
+        /// `--connect`: connect to every endpoint and run the real handshake.
+        connect: bool,
+    },
 }
 
 /// Hidden, test-only flags that turn a safety mechanism off so a test can show the hazard it
@@ -663,7 +697,17 @@ pub fn cli() -> clap::Command {
         .subcommand(
             clap::Command::new("check-config")
                 .about("Validate a config file and print the effective settings (secrets redacted)")
-                .arg(Arg::new("file").value_name("FILE").required(true)),
+                .arg(Arg::new("file").value_name("FILE").required(true))
+                .arg(
+                    Arg::new("connect")
+                        .long("connect")
+                        .action(ArgAction::SetTrue)
+                        .help(
+                            "Also connect to every Redis endpoint with these settings, run the real \
+                             handshake and print one line per endpoint and the quorum verdict; \
+                             exit 1 when no quorum is usable",
+                        ),
+                ),
         );
     for s in SETTINGS {
         let mut arg = Arg::new(s.key).long(s.flag).help(s.help).global(true);
@@ -685,7 +729,10 @@ fn value_name(key: &str) -> &'static str {
         | "redis.timeout"
         | "redis.connectTimeout" => "DURATION",
         "api.listen" | "ops.listen" => "ADDR",
-        "redis.passwordFile" | "redis.tls.caFile" => "FILE",
+        "redis.passwordFile" | "redis.tls.caFile" | "redis.tls.certFile" | "redis.tls.keyFile" => {
+            "FILE"
+        }
+        "redis.tls.serverName" => "NAME",
         "redis.tls.insecureSkipVerify"
         | "kubernetes.events"
         | "kubernetes.fencingTokenAnnotation" => "BOOL",
@@ -700,9 +747,13 @@ where
     T: Into<OsString> + Clone,
 {
     let m = cli().try_get_matches_from(args)?;
-    let (file, check) = match m.subcommand() {
-        Some(("check-config", sub)) => (sub.get_one::<String>("file").cloned(), true),
-        _ => (m.get_one::<String>("config").cloned(), false),
+    let (file, check, connect) = match m.subcommand() {
+        Some(("check-config", sub)) => (
+            sub.get_one::<String>("file").cloned(),
+            true,
+            sub.get_flag("connect"),
+        ),
+        _ => (m.get_one::<String>("config").cloned(), false, false),
     };
     let switches = UnsafeSwitches {
         quarantine_off: m.get_flag("unsafe-disable-quarantine"),
@@ -734,7 +785,11 @@ where
         }
     }
     Ok(if check {
-        Command::CheckConfig(Box::new(raw), switches)
+        Command::CheckConfig {
+            raw: Box::new(raw),
+            switches,
+            connect,
+        }
     } else {
         Command::Run(Box::new(raw), switches)
     })
@@ -849,6 +904,26 @@ fn decode(s: &str) -> String {
         .next()
         .map(|(_, v)| v.into_owned())
         .unwrap_or_else(|| s.to_string())
+}
+
+/// Read a password file: the whole file, one trailing newline dropped; empty is an error. Used at
+/// validation and again by the Redis connector on every reconnect, so that an updated Kubernetes
+/// Secret takes effect without a restart. The error never contains the file's content.
+pub fn read_password_file(env: &dyn Env, path: &Path) -> Result<Secret, ConfigError> {
+    let text = env.read(path).map_err(|e| {
+        err(
+            "redis.passwordFile",
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let pw = text.trim_end_matches(['\n', '\r']).to_string();
+    if pw.is_empty() {
+        return Err(err(
+            "redis.passwordFile",
+            format!("{} is empty", path.display()),
+        ));
+    }
+    Ok(Secret(pw))
 }
 
 /// The validity of a lease sample must be positive; these bounds keep the algorithm meaningful.
@@ -976,22 +1051,7 @@ pub fn validate(
     let username = raw.get("redis.username").map(String::from);
     let password_file = raw.get("redis.passwordFile").map(PathBuf::from);
     let password = match &password_file {
-        Some(p) => {
-            let text = env.read(p).map_err(|e| {
-                err(
-                    "redis.passwordFile",
-                    format!("cannot read {}: {e}", p.display()),
-                )
-            })?;
-            let pw = text.trim_end_matches(['\n', '\r']).to_string();
-            if pw.is_empty() {
-                return Err(err(
-                    "redis.passwordFile",
-                    format!("{} is empty", p.display()),
-                ));
-            }
-            Some(Secret(pw))
-        }
+        Some(p) => Some(read_password_file(env, p)?),
         None => env.var(PASSWORD_ENV).filter(|p| !p.is_empty()).map(Secret),
     };
     let tls_ca_file = raw.get("redis.tls.caFile").map(PathBuf::from);
@@ -1003,11 +1063,53 @@ pub fn validate(
             )
         })?;
     }
+    let tls_cert_file = raw.get("redis.tls.certFile").map(PathBuf::from);
+    let tls_key_file = raw.get("redis.tls.keyFile").map(PathBuf::from);
+    match (&tls_cert_file, &tls_key_file) {
+        (Some(_), None) => {
+            return Err(err(
+                "redis.tls.keyFile",
+                "is required with redis.tls.certFile (the client certificate's private key)",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(err(
+                "redis.tls.certFile",
+                "is required with redis.tls.keyFile (the client certificate)",
+            ));
+        }
+        _ => {}
+    }
+    for (key, file) in [
+        ("redis.tls.certFile", &tls_cert_file),
+        ("redis.tls.keyFile", &tls_key_file),
+    ] {
+        if let Some(f) = file {
+            env.read(f)
+                .map_err(|e| err(key, format!("cannot read {}: {e}", f.display())))?;
+        }
+    }
+    let tls_server_name = raw
+        .get("redis.tls.serverName")
+        .map(|s| s.trim().to_string());
+    if let Some(name) = &tls_server_name
+        && rustls::pki_types::ServerName::try_from(name.as_str()).is_err()
+    {
+        return Err(err(
+            "redis.tls.serverName",
+            format!("{name:?} is not a DNS name or IP address"),
+        ));
+    }
     let tls_insecure_skip_verify = match raw.get("redis.tls.insecureSkipVerify") {
         Some(s) => parse_bool("redis.tls.insecureSkipVerify", s)?,
         None => false,
     };
-    if (tls_ca_file.is_some() || tls_insecure_skip_verify) && !endpoints.iter().any(|e| e.tls) {
+    if (tls_ca_file.is_some()
+        || tls_cert_file.is_some()
+        || tls_server_name.is_some()
+        || tls_insecure_skip_verify)
+        && !endpoints.iter().any(|e| e.tls)
+    {
         warnings.push(
             "redis.tls: settings given but no endpoint uses rediss://; they have no effect".into(),
         );
@@ -1186,6 +1288,9 @@ pub fn validate(
             password,
             password_file,
             tls_ca_file,
+            tls_cert_file,
+            tls_key_file,
+            tls_server_name,
             tls_insecure_skip_verify,
         },
         api_listen,
@@ -1262,6 +1367,9 @@ pub fn effective_yaml(c: &Config) -> String {
     #[serde(rename_all = "camelCase")]
     struct OutTls {
         ca_file: String,
+        cert_file: String,
+        key_file: String,
+        server_name: String,
         insecure_skip_verify: bool,
     }
     #[derive(Serialize)]
@@ -1323,6 +1431,19 @@ pub fn effective_yaml(c: &Config) -> String {
                     .as_ref()
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
+                cert_file: c
+                    .redis
+                    .tls_cert_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                key_file: c
+                    .redis
+                    .tls_key_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                server_name: c.redis.tls_server_name.clone().unwrap_or_default(),
                 insecure_skip_verify: c.redis.tls_insecure_skip_verify,
             },
         },
@@ -1475,6 +1596,96 @@ mod tests {
             env_name("redis.tls.insecureSkipVerify"),
             "REDLOCK_ELECTOR_REDIS_TLS_INSECURE_SKIP_VERIFY"
         );
+    }
+
+    #[test]
+    fn tls_client_certificate_and_server_name() {
+        let mut e = env();
+        e.files.insert("/ca".into(), "ca".into());
+        e.files.insert("/crt".into(), "crt".into());
+        e.files.insert("/key".into(), "key".into());
+        let c = load(
+            "lease: {name: a}\nredis: {endpoints: ['rediss://10.0.0.1:6380'], tls: {caFile: /ca, certFile: /crt, keyFile: /key, serverName: redis.example.internal}}",
+            &e,
+        )
+        .unwrap();
+        assert_eq!(c.redis.tls_cert_file.as_deref(), Some(Path::new("/crt")));
+        assert_eq!(c.redis.tls_key_file.as_deref(), Some(Path::new("/key")));
+        assert_eq!(
+            c.redis.tls_server_name.as_deref(),
+            Some("redis.example.internal")
+        );
+        let yaml = effective_yaml(&c);
+        for want in [
+            "certFile: /crt",
+            "keyFile: /key",
+            "serverName: redis.example.internal",
+        ] {
+            assert!(yaml.contains(want), "{want} missing in:\n{yaml}");
+        }
+        let bad: &[(&str, &str)] = &[
+            ("tls: {certFile: /crt}", "redis.tls.keyFile"),
+            ("tls: {keyFile: /key}", "redis.tls.certFile"),
+            (
+                "tls: {certFile: /nope, keyFile: /key}",
+                "redis.tls.certFile",
+            ),
+            ("tls: {certFile: /crt, keyFile: /nope}", "redis.tls.keyFile"),
+            ("tls: {serverName: 'not a name'}", "redis.tls.serverName"),
+        ];
+        for (tls, field) in bad {
+            let yaml = format!("lease: {{name: a}}\nredis: {{endpoints: ['rediss://h'], {tls}}}");
+            assert_eq!(load(&yaml, &e).unwrap_err().field, *field, "{yaml}");
+        }
+        // Flags and env spell them too.
+        let raw = match parse_args(
+            [
+                "redlock-elector",
+                "--lease",
+                "a",
+                "--redis",
+                "rediss://h",
+                "--redis-tls-cert-file",
+                "/crt",
+                "--redis-tls-key-file",
+                "/key",
+                "--redis-tls-server-name",
+                "redis.test",
+            ],
+            &e,
+        )
+        .unwrap()
+        {
+            Command::Run(raw, _) => raw,
+            other => panic!("{other:?}"),
+        };
+        let c = validate(&raw, &e, UnsafeSwitches::default()).unwrap();
+        assert_eq!(c.redis.tls_server_name.as_deref(), Some("redis.test"));
+        assert_eq!(
+            env_name("redis.tls.serverName"),
+            "REDLOCK_ELECTOR_REDIS_TLS_SERVER_NAME"
+        );
+    }
+
+    #[test]
+    fn check_config_connect_flag() {
+        let mut e = env();
+        e.files.insert(
+            "c.yaml".into(),
+            "lease: {name: a}\nredis: {endpoints: [redis://h]}".into(),
+        );
+        for (args, want) in [
+            (vec!["redlock-elector", "check-config", "c.yaml"], false),
+            (
+                vec!["redlock-elector", "check-config", "--connect", "c.yaml"],
+                true,
+            ),
+        ] {
+            match parse_args(args, &e).unwrap() {
+                Command::CheckConfig { connect, .. } => assert_eq!(connect, want),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

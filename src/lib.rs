@@ -8,14 +8,17 @@
 //! - [`config`] — YAML + env + flags into one validated [`config::Config`]; the only reader of
 //!   env and files.
 //! - [`redlock`] — the protocol against N nodes: acquire / renew / release, quorum and validity
-//!   math ([`redlock::math`]), node connections, health and quarantine ([`redlock::node`]), the
-//!   Lua scripts ([`redlock::scripts`]).
+//!   math ([`redlock::math`]), node connections, health and quarantine ([`redlock::node`]),
+//!   opening connections (TLS, credentials) and classifying their failures
+//!   ([`redlock::connect`]), the Lua scripts ([`redlock::scripts`]).
 //! - [`elector`] — the follower ⇄ leader state machine and its timers, the stall watchdog;
 //!   publishes a `watch` of [`leadership::Leadership`].
 //! - [`leadership`] — the published state and the answer-time [`leadership::View`].
 //! - publishers, each a consumer of that watch: [`api`] (/leader, long-poll, SSE, step-down),
 //!   [`ops`] (/metrics, probes), [`kube`] (pod label, fencing-token annotation, Events).
 //! - [`metrics`] — the Prometheus registry.
+//! - [`probe`] — `check-config --connect`: the real handshake against every endpoint, and the
+//!   quorum verdict.
 //! - [`run`] — wiring: start everything, wait for a signal, shut down.
 //! - [`logging`] — tracing setup (json or text).
 
@@ -30,6 +33,7 @@ pub mod leadership;
 pub mod logging;
 pub mod metrics;
 pub mod ops;
+pub mod probe;
 pub mod redlock;
 pub mod run;
 

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use redlock_elector::config::{self, Command, ProcessEnv};
-use redlock_elector::{logging, run};
+use redlock_elector::{logging, probe, run};
 
 fn main() -> ExitCode {
     let cmd = match config::parse_args(std::env::args_os(), &ProcessEnv) {
@@ -15,19 +15,44 @@ fn main() -> ExitCode {
         }
     };
     match cmd {
-        Command::CheckConfig(raw, switches) => {
-            match config::validate(&raw, &ProcessEnv, switches) {
-                Ok(c) => {
-                    for w in &c.warnings {
-                        eprintln!("warning: {w}");
-                    }
-                    print!("{}", config::effective_yaml(&c));
-                    ExitCode::SUCCESS
-                }
+        Command::CheckConfig {
+            raw,
+            switches,
+            connect,
+        } => {
+            let c = match config::validate(&raw, &ProcessEnv, switches) {
+                Ok(c) => c,
                 Err(e) => {
                     eprintln!("redlock-elector: invalid config: {e}");
-                    ExitCode::from(2)
+                    return ExitCode::from(2);
                 }
+            };
+            for w in &c.warnings {
+                eprintln!("warning: {w}");
+            }
+            print!("{}", config::effective_yaml(&c));
+            if !connect {
+                return ExitCode::SUCCESS;
+            }
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("redlock-elector: cannot start the runtime: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let (report, usable) = rt.block_on(probe::run(&c));
+            print!("{report}");
+            if usable {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "redlock-elector: no quorum of Redis endpoints is usable (see the lines above)"
+                );
+                ExitCode::from(1)
             }
         }
         Command::Run(raw, switches) => {

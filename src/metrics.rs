@@ -53,6 +53,9 @@ pub struct Metrics {
     pub redis_command_duration: HistogramVec,
     /// Per-endpoint command failures by kind: timeout | error | not_connected.
     pub redis_command_errors: IntCounterVec,
+    /// Failed connection attempts (connect, TLS, AUTH, handshake, subscription) per endpoint by
+    /// reason: tls | auth | noperm | refused | timeout | dns | other.
+    pub redis_connect_errors: IntCounterVec,
     /// 1 while the election loop is stalled (timer slipped beyond the margin).
     pub stalled: IntGauge,
     /// Times the election loop's timer slipped beyond the margin.
@@ -203,6 +206,14 @@ impl Metrics {
             &["endpoint", "command", "kind"],
         )
         .unwrap();
+        let redis_connect_errors = IntCounterVec::new(
+            Opts::new(
+                "redlock_elector_redis_connect_errors_total",
+                "Failed connection attempts per endpoint by reason (tls, auth, noperm, refused, timeout, dns, other)",
+            ),
+            &["endpoint", "reason"],
+        )
+        .unwrap();
         let stalled = IntGauge::with_opts(c(
             "redlock_elector_stalled",
             "1 while the election loop is stalled (timer slipped)",
@@ -255,6 +266,7 @@ impl Metrics {
             Box::new(redis_clock_jumps.clone()),
             Box::new(redis_command_duration.clone()),
             Box::new(redis_command_errors.clone()),
+            Box::new(redis_connect_errors.clone()),
             Box::new(stalled.clone()),
             Box::new(stalls.clone()),
             Box::new(kube_requests.clone()),
@@ -283,6 +295,7 @@ impl Metrics {
             redis_clock_jumps,
             redis_command_duration,
             redis_command_errors,
+            redis_connect_errors,
             stalled,
             stalls,
             kube_requests,

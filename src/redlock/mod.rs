@@ -6,6 +6,7 @@
 //! before sending; validity is `ttl − elapsed − drift`; the deadline is `T1 + ttl − drift`.
 
 pub mod clock;
+pub mod connect;
 pub mod math;
 pub mod node;
 pub mod scripts;

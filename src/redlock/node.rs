@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use rand::Rng;
 use redis::aio::MultiplexedConnection;
-use redis::io::tcp::{TcpSettings, socket2};
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisConnectionInfo, Value};
+use redis::{AsyncConnectionConfig, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::clock::{self, Reading, Seen};
+use super::connect::{ConnectError, Connector, FailureLog, Reason};
 use super::scripts::{Script, scripts};
 use crate::config::{Endpoint, RedisConfig};
 use crate::metrics::Metrics;
@@ -169,8 +169,12 @@ pub fn classify(
 pub struct Node {
     /// Where it is; `name` is the metric label.
     pub endpoint: Endpoint,
-    /// Builds connections (address, credentials, TLS).
-    client: Client,
+    /// Opens connections (address, credentials, TLS) and classifies their failures.
+    connector: Connector,
+    /// Warns (rate-limited) and counts failures to connect and verify.
+    connect_failures: FailureLog,
+    /// The same for the release-notice subscription.
+    subscribe_failures: FailureLog,
     /// The verified connection, if any.
     conn: Mutex<Option<Verified>>,
     /// Handshake results.
@@ -202,54 +206,9 @@ impl Node {
         metrics: Metrics,
     ) -> Result<Arc<Node>, redis::RedisError> {
         LazyLock::force(&ORIGIN);
-        let addr = if endpoint.tls {
-            ConnectionAddr::TcpTls {
-                host: endpoint.host.clone(),
-                port: endpoint.port,
-                insecure: redis.tls_insecure_skip_verify,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(endpoint.host.clone(), endpoint.port)
-        };
-        let mut settings = RedisConnectionInfo::default().set_db(endpoint.db);
-        if let Some(u) = endpoint.username.as_ref().or(redis.username.as_ref()) {
-            settings = settings.set_username(u);
-        }
-        if let Some(p) = endpoint.password.as_ref().or(redis.password.as_ref()) {
-            settings = settings.set_password(p.expose());
-        }
-        // TCP_NODELAY: redis-rs leaves Nagle on, which holds a command written while an earlier
-        // one on the same connection is unacknowledged (a release right after an acquire whose
-        // reply from a distant node is still out) until that reply arrives: one extra round
-        // trip. Keepalive finds a dead peer on a connection that only listens (pub/sub).
-        let tcp = TcpSettings::default().set_nodelay(true).set_keepalive(
-            socket2::TcpKeepalive::new()
-                .with_time(Duration::from_secs(10))
-                .with_interval(Duration::from_secs(5)),
-        );
-        let info = redis::IntoConnectionInfo::into_connection_info(addr)?
-            .set_redis_settings(settings)
-            .set_tcp_settings(tcp);
-        let client = match (&redis.tls_ca_file, endpoint.tls) {
-            (Some(ca), true) => {
-                let root_cert = std::fs::read(ca).map_err(|e| {
-                    redis::RedisError::from((
-                        redis::ErrorKind::InvalidClientConfig,
-                        "cannot read tls.caFile",
-                        e.to_string(),
-                    ))
-                })?;
-                Client::build_with_tls(
-                    info,
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(root_cert),
-                    },
-                )?
-            }
-            _ => Client::open(info)?,
-        };
+        let connector = Connector::new(&endpoint, redis).map_err(|e| {
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis.tls", e))
+        })?;
         metrics.redis_up.with_label_values(&[&endpoint.name]).set(0);
         metrics
             .redis_quarantined
@@ -265,8 +224,14 @@ impl Node {
                 .with_label_values(&[&endpoint.name, direction.as_str()]);
         }
         Ok(Arc::new(Node {
+            connect_failures: FailureLog::new(&endpoint.name, "redis connection", metrics.clone()),
+            subscribe_failures: FailureLog::new(
+                &endpoint.name,
+                "release-notice subscription",
+                metrics.clone(),
+            ),
             endpoint,
-            client,
+            connector,
             conn: Mutex::new(None),
             health: Mutex::new(Health::default()),
             broken: Notify::new(),
@@ -374,6 +339,12 @@ impl Node {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
                     self.mark_broken();
                 }
+                // An ACL that lets the handshake through but denies a script (or a command
+                // inside one) makes the endpoint as unusable as a failed connect.
+                let classified = ConnectError::from_redis(&e, self.connector.is_tls());
+                if classified.reason == Reason::Noperm {
+                    self.connect_failures.failed(&classified);
+                }
                 Err(CommandError::Redis(e))
             }
             Ok(Ok(v)) => Ok((v, run_id)),
@@ -419,11 +390,12 @@ impl Node {
             let wait = match connected {
                 None => match self.handshake().await {
                     Ok(()) => {
+                        self.connect_failures.succeeded();
                         backoff = Duration::from_millis(50);
                         Duration::from_secs(1)
                     }
                     Err(e) => {
-                        tracing::debug!(endpoint = %self.endpoint.name, error = %e, "redis connect failed");
+                        self.connect_failures.failed(&e);
                         let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.5));
                         backoff = (backoff * 2).min(Duration::from_secs(2));
                         jittered
@@ -459,43 +431,45 @@ impl Node {
         }
     }
 
-    async fn handshake(&self) -> Result<(), String> {
+    async fn handshake(&self) -> Result<(), ConnectError> {
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.connect_timeout));
+        let tls = self.connector.is_tls();
+        let classify = |e: redis::RedisError| ConnectError::from_redis(&e, tls);
         let fut = async {
-            let mut conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&cfg)
-                .await?;
-            let text: String = redis::cmd("INFO").query_async(&mut conn).await?;
+            let mut conn = self.connector.multiplexed(cfg).await?;
+            let text: String = redis::cmd("INFO")
+                .query_async(&mut conn)
+                .await
+                .map_err(classify)?;
             for s in scripts().all() {
                 let sha: String = redis::cmd("SCRIPT")
                     .arg("LOAD")
                     .arg(s.source)
                     .query_async(&mut conn)
-                    .await?;
+                    .await
+                    .map_err(classify)?;
                 if sha != s.sha {
-                    return Err(redis::RedisError::from((
-                        redis::ErrorKind::Client,
-                        "script sha mismatch",
-                    )));
+                    return Err(ConnectError::new(Reason::Other, "script sha mismatch"));
                 }
             }
             let sent = Instant::now();
-            let (secs, micros): (String, String) =
-                redis::cmd("TIME").query_async(&mut conn).await?;
+            let (secs, micros): (String, String) = redis::cmd("TIME")
+                .query_async(&mut conn)
+                .await
+                .map_err(classify)?;
             let time = (clock::parse_time(&secs, &micros), sent, Instant::now());
-            Ok::<_, redis::RedisError>((conn, text, time))
+            Ok::<_, ConnectError>((conn, text, time))
         };
         let (conn, text, (node_us, sent, received)) =
             tokio::time::timeout(self.connect_timeout * 2, fut)
                 .await
-                .map_err(|_| "handshake timed out".to_string())?
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| ConnectError::new(Reason::Timeout, "handshake timed out"))??;
         let info = parse_info(&text);
         self.apply_info(&info);
-        let node_us = node_us.ok_or("unreadable TIME reply")?;
+        let node_us =
+            node_us.ok_or_else(|| ConnectError::new(Reason::Other, "unreadable TIME reply"))?;
         self.observe(&info.run_id, node_us, sent, received);
         *lock(&self.conn) = Some(Verified {
             conn,
@@ -586,6 +560,16 @@ impl Node {
             .set(i64::from(self.is_up() && self.counts(now)));
     }
 
+    /// A failed subscription attempt is news only while the main connection works: otherwise
+    /// the connection's own warning already says why, and counting both would double the rate.
+    fn subscription_failed(&self, e: &ConnectError) {
+        if self.is_up() {
+            self.subscribe_failures.failed(e);
+        } else {
+            tracing::debug!(endpoint = %self.endpoint.name, error = %e, "release-notice subscription failed");
+        }
+    }
+
     /// Subscribe to `channel` on this node and call `on_message` for each message, reconnecting
     /// with backoff, until `stop` fires.
     pub async fn subscribe(
@@ -598,12 +582,18 @@ impl Node {
         let mut backoff = Duration::from_millis(100);
         loop {
             let session = async {
-                let mut ps =
-                    tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub())
-                        .await
-                        .map_err(|_| "connect timed out".to_string())?
-                        .map_err(|e| e.to_string())?;
-                ps.subscribe(&channel).await.map_err(|e| e.to_string())?;
+                let mut ps = tokio::time::timeout(self.connect_timeout, self.connector.pubsub())
+                    .await
+                    .map_err(|_| ConnectError::new(Reason::Timeout, "connect timed out"))
+                    .and_then(|r| r)
+                    .inspect_err(|e| self.subscription_failed(e))
+                    .map_err(|e| e.to_string())?;
+                ps.subscribe(&channel)
+                    .await
+                    .map_err(|e| ConnectError::from_redis(&e, self.connector.is_tls()))
+                    .inspect_err(|e| self.subscription_failed(e))
+                    .map_err(|e| e.to_string())?;
+                self.subscribe_failures.succeeded();
                 let mut stream = ps.into_on_message();
                 while stream.next().await.is_some() {
                     on_message.notify_one();

@@ -78,6 +78,121 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(ok, "kill -{sig} {pid} failed");
 }
 
+/// `openssl`, or a panic that says how to install it. Never a silent skip.
+pub fn openssl_bin() -> PathBuf {
+    for dir in std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/bin", "/usr/local/bin"])
+    {
+        let p = PathBuf::from(dir).join("openssl");
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "openssl not found on PATH: the TLS tests generate their certificates with it. \
+         Install it with `sudo apt-get install -y openssl` (or run ./scripts/test.sh, which does)"
+    );
+}
+
+/// Certificates for TLS tests, made with the `openssl` CLI in a temporary directory:
+/// - `ca.crt`/`ca.key`: the CA the servers and the client certificate are signed by;
+/// - `server.crt`/`server.key`: for DNS names `localhost` and `redis.test` only (no IP address,
+///   so `rediss://127.0.0.1` fails verification unless `redis.tls.serverName` names one);
+/// - `client.crt`/`client.key`: a client certificate (extendedKeyUsage clientAuth);
+/// - `other-ca.crt`: an unrelated CA (the "wrong CA").
+pub struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        let dir = tempdir();
+        let run = |args: &[&str]| {
+            let out = Command::new(openssl_bin())
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("run openssl");
+            assert!(
+                out.status.success(),
+                "openssl {args:?} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for (name, cn) in [("ca", "redlock-test-ca"), ("other-ca", "some-other-ca")] {
+            let (key, crt, subj) = (
+                format!("{name}.key"),
+                format!("{name}.crt"),
+                format!("/CN={cn}"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &crt, "-days", "2", "-subj", &subj]);
+            run(&args);
+        }
+        std::fs::write(
+            dir.path().join("server.ext"),
+            "subjectAltName=DNS:localhost,DNS:redis.test\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("client.ext"),
+            "extendedKeyUsage=clientAuth\n",
+        )
+        .unwrap();
+        for name in ["server", "client"] {
+            let (key, csr, crt, ext) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+                format!("{name}.ext"),
+            );
+            let subj = format!("/CN={name}");
+            let mut args = vec!["req"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+            run(&args);
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+            ]);
+        }
+        Pki { dir }
+    }
+
+    /// A file of this PKI.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The same as a `&str` for command lines.
+    pub fn arg(&self, name: &str) -> String {
+        self.path(name).to_str().unwrap().to_string()
+    }
+}
+
 /// A temporary directory removed on drop.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -98,6 +213,8 @@ pub struct Redis {
     shiftable: bool,
     /// The wall-clock offset in force, ms.
     offset_ms: std::sync::atomic::AtomicI64,
+    /// TLS-only (`--port 0 --tls-port`): the test talks to it over a unix socket as `admin`.
+    tls: Option<TlsServer>,
 }
 
 /// The clockshift `LD_PRELOAD` library (`tests/clockshift/clockshift.c`), built once per test
@@ -129,6 +246,21 @@ pub fn clockshift_lib() -> PathBuf {
     .clone()
 }
 
+/// How a TLS-only server is started.
+#[derive(Clone)]
+struct TlsServer {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    /// `--tls-auth-clients yes`: a client certificate is required.
+    auth_clients: bool,
+}
+
+/// The ACL user the harness uses on TLS servers (over their unix socket), whatever the test
+/// does to the default user's password.
+pub const ADMIN_USER: &str = "harness-admin";
+pub const ADMIN_PASSWORD: &str = "harness-admin-pw";
+
 impl Redis {
     /// Start on a free port.
     pub fn start() -> Redis {
@@ -155,6 +287,7 @@ impl Redis {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             shiftable,
             offset_ms: Default::default(),
+            tls: None,
         };
         r.spawn();
         r
@@ -190,23 +323,67 @@ impl Redis {
         self.offset_ms.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Start a TLS-only server (no plain port) with `pki`'s server certificate, on a free port.
+    /// `client_certs`: `--tls-auth-clients yes`. The test reaches it over a unix socket.
+    pub fn start_tls(pki: &Pki, client_certs: bool, extra: &[&str]) -> Redis {
+        let mut r = Redis {
+            port: free_port(),
+            started: Instant::now(),
+            child: None,
+            dir: tempdir(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            shiftable: false,
+            offset_ms: Default::default(),
+            tls: Some(TlsServer {
+                cert: pki.path("server.crt"),
+                key: pki.path("server.key"),
+                ca: pki.path("ca.crt"),
+                auth_clients: client_certs,
+            }),
+        };
+        r.spawn();
+        r
+    }
+
+    /// The unix socket of a TLS server.
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
     fn spawn(&mut self) {
         let mut cmd = Command::new(redis_server_bin());
         if self.shiftable {
             cmd.env("LD_PRELOAD", clockshift_lib())
                 .env("CLOCKSHIFT_FILE", self.offset_file());
         }
+        match &self.tls {
+            None => {
+                cmd.args(["--port", &self.port.to_string()]);
+            }
+            Some(t) => {
+                cmd.args(["--port", "0", "--tls-port", &self.port.to_string()])
+                    .args(["--tls-cert-file", t.cert.to_str().unwrap()])
+                    .args(["--tls-key-file", t.key.to_str().unwrap()])
+                    .args(["--tls-ca-cert-file", t.ca.to_str().unwrap()])
+                    .args([
+                        "--tls-auth-clients",
+                        if t.auth_clients { "yes" } else { "no" },
+                    ])
+                    .args(["--unixsocket", self.socket().to_str().unwrap()])
+                    .args(["--unixsocketperm", "700"])
+                    .args([
+                        "--user",
+                        ADMIN_USER,
+                        "on",
+                        &format!(">{ADMIN_PASSWORD}"),
+                        "~*",
+                        "&*",
+                        "+@all",
+                    ]);
+            }
+        }
         let child = cmd
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", self.dir.path().to_str().unwrap()])
             .args(&self.extra)
             .stdout(Stdio::null())
@@ -227,7 +404,17 @@ impl Redis {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The `host:port` the sidecar names this endpoint by (metric label, logs).
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 
     pub fn pid(&self) -> u32 {
@@ -262,8 +449,17 @@ impl Redis {
         signal(self.pid(), "CONT");
     }
 
-    /// Run a command over a raw RESP connection; `None` if the server is unreachable.
+    /// Run a command over a raw RESP connection; `None` if the server is unreachable. A TLS
+    /// server is reached over its unix socket, authenticated as [`ADMIN_USER`].
     pub fn cli(&self, args: &[&str]) -> Option<String> {
+        if self.tls.is_some() {
+            let s = std::os::unix::net::UnixStream::connect(self.socket()).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            let mut r = std::io::BufReader::new(s);
+            let auth = resp_roundtrip(&mut r, &["AUTH", ADMIN_USER, ADMIN_PASSWORD])?;
+            assert_eq!(auth, "OK", "harness admin AUTH failed");
+            return resp_roundtrip(&mut r, args);
+        }
         resp_command(self.port, args)
     }
 }
@@ -285,11 +481,19 @@ pub fn resp_encode(args: &[&str]) -> String {
 
 /// Minimal RESP client for assertions (GET, PING, INFO), independent of the code under test.
 pub fn resp_command(port: u16, args: &[&str]) -> Option<String> {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(resp_encode(args).as_bytes()).ok()?;
-    let mut r = BufReader::new(s);
+    resp_roundtrip(&mut std::io::BufReader::new(s), args)
+}
+
+/// Send one command and read its reply (simple, error, integer or bulk string; arrays are
+/// returned as their first line).
+pub fn resp_roundtrip<S: std::io::Read + std::io::Write>(
+    r: &mut std::io::BufReader<S>,
+    args: &[&str],
+) -> Option<String> {
+    use std::io::{BufRead, Read};
+    r.get_mut().write_all(resp_encode(args).as_bytes()).ok()?;
     let mut line = String::new();
     r.read_line(&mut line).ok()?;
     let line = line.trim_end().to_string();

@@ -256,7 +256,14 @@ class Prom:
 
     def _get(self, path: str, **params) -> dict:
         url = f"{self.base}{path}?{urllib.parse.urlencode(params)}"
-        code, body = http("GET", url, timeout=15)
+        # A query that times out on a loaded 2-core machine is retried (transport only: an
+        # answer Prometheus gave is never retried).
+        for _ in range(3):
+            code, body = http("GET", url, timeout=15)
+            if code != 0:
+                break
+        if code == 0:
+            raise RuntimeError(f"Prometheus {path} {params}: no answer: {body}")
         data = json.loads(body)
         if code != 200 or data.get("status") != "success":
             raise RuntimeError(f"Prometheus {path} {params}: {code} {body[:500]}")

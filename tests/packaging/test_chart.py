@@ -90,7 +90,7 @@ def config_of(objects: list[dict]) -> dict:
     return yaml.safe_load(cms[0]["data"]["config.yaml"])
 
 
-WITH_WORKLOAD = ["defaults", "native-off", "monitoring", "redis", "parent-app", "manifests"]
+WITH_WORKLOAD = ["defaults", "native-off", "monitoring", "redis", "tls-acl", "parent-app", "manifests"]
 ALL_CASES = WITH_WORKLOAD + ["include-from-parent"]
 
 
@@ -183,6 +183,38 @@ def test_password_from_existing_secret_as_file(renders):
     redis = one(objs, "StatefulSet", "demo-redlock-elector-redis")
     (container,) = pod_spec(redis)["containers"]
     assert "--requirepass" in container["args"]
+
+
+def test_tls_client_certificate_and_acl_user_from_secrets(renders):
+    """ci/tls-acl: the CA and the client certificate + key come from existing Secrets, mounted
+    read-only where the config's tls.caFile / certFile / keyFile point; the ACL user and the
+    password file are set; the minimal ACL is documented in values.yaml."""
+    objs = renders["tls-acl"]
+    spec = pod_spec(elector_pod(objs))
+    side = sidecar_of(spec)
+    cfg = config_of(objs)
+    tls = cfg["redis"]["tls"]
+    assert tls["serverName"] == "redis.example.internal"
+    assert cfg["redis"]["username"] == "redlock-elector"
+    expected = {"caFile": ("redis-ca", "ca.crt"), "certFile": ("redlock-elector-client-tls", "tls.crt"),
+                "keyFile": ("redlock-elector-client-tls", "tls.key")}
+    for field, (secret, key) in expected.items():
+        path = tls[field]
+        mount = next(m for m in side["volumeMounts"] if path == f"{m['mountPath']}/{key}")
+        assert mount["readOnly"] is True, field
+        vol = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+        assert vol["secret"]["secretName"] == secret, field
+        assert key in [i["key"] for i in vol["secret"]["items"]], field
+    assert cfg["redis"]["passwordFile"].endswith("/password")
+    assert "REDLOCK_ELECTOR_REDIS_PASSWORD" not in [e["name"] for e in side["env"]]
+    text = (chartlib.CHART / "values.yaml").read_text()
+    assert "ACL SETUSER redlock-elector reset on >PASSWORD ~redlock-elector:* &redlock-elector:*" in text
+
+
+def test_no_tls_mounts_by_default(renders):
+    side = sidecar_of(pod_spec(elector_pod(renders["defaults"])))
+    assert not [m for m in side["volumeMounts"] if "tls" in m["name"]]
+    assert "tls" not in config_of(renders["defaults"])["redis"]
 
 
 # -------------------------------------------------------------------------------- security
@@ -471,6 +503,13 @@ def test_rendered_config_passes_check_config(renders, case, tmp_path):
         pw = tmp_path / "password"
         pw.write_text(secret + "\n")
         cfg["redis"]["passwordFile"] = str(pw)
+    # The TLS files come from Secret mounts in the pod; check-config (without --connect) checks
+    # that they can be read.
+    for field in ("caFile", "certFile", "keyFile"):
+        if field in cfg["redis"].get("tls", {}):
+            f = tmp_path / field
+            f.write_text("-----BEGIN CERTIFICATE-----\n")
+            cfg["redis"]["tls"][field] = str(f)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     # The environment the pod gives the sidecar: downward API, in-cluster, password from the

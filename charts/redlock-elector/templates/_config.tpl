@@ -29,10 +29,30 @@ redis:
   {{- if and .values.redisAuth.existingSecret .values.redisAuth.mountAsFile }}
   passwordFile: {{ printf "%s/%s" (include "redlock-elector.passwordDir" .) .values.redisAuth.key | quote }}
   {{- end }}
-  {{- if or $c.redis.tls.caFile $c.redis.tls.insecureSkipVerify }}
+  {{- $t := .values.redisTls }}
+  {{- $caFile := $c.redis.tls.caFile }}
+  {{- if $t.caSecret }}
+  {{- $caFile = printf "%s/%s" (include "redlock-elector.tlsCaDir" .) $t.caKey }}
+  {{- end }}
+  {{- $certFile := $c.redis.tls.certFile }}
+  {{- $keyFile := $c.redis.tls.keyFile }}
+  {{- if $t.clientCertSecret }}
+  {{- $certFile = printf "%s/%s" (include "redlock-elector.tlsClientDir" .) $t.certKey }}
+  {{- $keyFile = printf "%s/%s" (include "redlock-elector.tlsClientDir" .) $t.keyKey }}
+  {{- end }}
+  {{- if or $caFile $certFile $keyFile $c.redis.tls.serverName $c.redis.tls.insecureSkipVerify }}
   tls:
-    {{- with $c.redis.tls.caFile }}
+    {{- with $caFile }}
     caFile: {{ . | quote }}
+    {{- end }}
+    {{- with $certFile }}
+    certFile: {{ . | quote }}
+    {{- end }}
+    {{- with $keyFile }}
+    keyFile: {{ . | quote }}
+    {{- end }}
+    {{- with $c.redis.tls.serverName }}
+    serverName: {{ . | quote }}
     {{- end }}
     insecureSkipVerify: {{ $c.redis.tls.insecureSkipVerify }}
   {{- end }}

@@ -128,3 +128,11 @@ Output: a YAML list.
 {{- define "redlock-elector.passwordDir" -}}
 /var/run/secrets/redlock-elector/redis
 {{- end -}}
+
+{{/* Mount paths of the TLS Secrets (redisTls.caSecret, redisTls.clientCertSecret). */}}
+{{- define "redlock-elector.tlsCaDir" -}}
+/var/run/secrets/redlock-elector/redis-tls-ca
+{{- end -}}
+{{- define "redlock-elector.tlsClientDir" -}}
+/var/run/secrets/redlock-elector/redis-tls-client
+{{- end -}}

@@ -51,6 +51,31 @@ Each takes (dict "root" $ "values" <values>).
         path: {{ .key }}
 {{- end }}
 {{- end }}
+{{- /* Secret files are root-owned; the sidecar runs as a non-root uid and the chart sets no
+       fsGroup, so they are world-readable inside the pod (the CA is public; the client key is
+       read by this container only). */ -}}
+{{- with .values.redisTls }}
+{{- if .caSecret }}
+- name: redlock-elector-redis-tls-ca
+  secret:
+    secretName: {{ .caSecret }}
+    defaultMode: 0444
+    items:
+      - key: {{ .caKey }}
+        path: {{ .caKey }}
+{{- end }}
+{{- if .clientCertSecret }}
+- name: redlock-elector-redis-tls-client
+  secret:
+    secretName: {{ .clientCertSecret }}
+    defaultMode: 0444
+    items:
+      - key: {{ .certKey }}
+        path: {{ .certKey }}
+      - key: {{ .keyKey }}
+        path: {{ .keyKey }}
+{{- end }}
+{{- end }}
 {{- with .values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -111,6 +136,16 @@ failureThreshold: {{ $p.failureThreshold }}
     {{- if and .values.redisAuth.existingSecret .values.redisAuth.mountAsFile }}
     - name: redlock-elector-redis-auth
       mountPath: {{ include "redlock-elector.passwordDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if .values.redisTls.caSecret }}
+    - name: redlock-elector-redis-tls-ca
+      mountPath: {{ include "redlock-elector.tlsCaDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if .values.redisTls.clientCertSecret }}
+    - name: redlock-elector-redis-tls-client
+      mountPath: {{ include "redlock-elector.tlsClientDir" . }}
       readOnly: true
     {{- end }}
     {{- with .values.extraVolumeMounts }}
