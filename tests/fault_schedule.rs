@@ -368,7 +368,11 @@ impl World {
                 nodes.truncate(k);
                 nodes.sort();
                 let size = self.rng.random_range(500..60_000i64);
-                let delta = if self.rng.random_bool(0.5) { size } else { -size };
+                let delta = if self.rng.random_bool(0.5) {
+                    size
+                } else {
+                    -size
+                };
                 for &n in &nodes {
                     self.nodes[n].jump_clock(delta);
                     self.node_jumped[n] = Instant::now();
