@@ -64,6 +64,7 @@ impl Shared {
         let counting = view.nodes.values().filter(|&&c| c).count();
         view.eligible = counting >= crate::redlock::math::quorum(view.nodes.len());
         let c = self.candidacy.borrow();
+        view.candidate_ready = c.candidate_ready;
         // The rank shown is the current leader's: none while nobody is known to lead.
         if view.leader.is_some() {
             view.leader_rank = c.leader_rank.clone();

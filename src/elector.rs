@@ -136,6 +136,8 @@ pub struct CandidacyView {
     pub leader_rank: Option<Rank>,
     /// Whether the leader sees a better candidate that is ready and settling.
     pub handover_pending: bool,
+    /// Whether this sidecar's own record, as last written, says ready.
+    pub candidate_ready: bool,
 }
 
 /// Answer to a step-down request.
@@ -423,6 +425,13 @@ impl Elector {
                         .free_in
                         .map(|d| d + Duration::from_micros(rand::rng().random_range(1_000..8_000)));
                     next_attempt = Instant::now() + at_expiry.map_or(retry, |d| d.min(retry));
+                    // A fresh sidecar becomes a ready candidate when a quorum counts its votes:
+                    // refresh its record then, not a retry later.
+                    let now = Instant::now();
+                    if let Some(at) = self.redlock.quorum_counts_at().filter(|at| *at > now) {
+                        let at = at + Duration::from_micros(rand::rng().random_range(0..2_000));
+                        next_attempt = next_attempt.min(at);
+                    }
                 }
                 Acquire::NoQuorum(obs) => {
                     free_since.get_or_insert(attempted_at);
@@ -480,7 +489,8 @@ impl Elector {
 
     /// Refresh the own candidate record (once the rank is known) and read everyone's. A leader's
     /// record lives for three renewals, a follower's for three retries.
-    async fn read_candidates(&self, leading: bool, pending: bool) -> Option<Vec<Candidate>> {
+    /// Returns the read (if a quorum answered) and whether the record written says ready.
+    async fn read_candidates(&self, leading: bool, pending: bool) -> Read {
         let life = if leading {
             self.timing.renew_every * 3
         } else {
@@ -488,17 +498,23 @@ impl Elector {
         };
         match self.rank() {
             Some(rank) => {
-                let fields = candidates::fields(&rank, self.ready(), pending);
-                self.redlock
+                let ready = self.ready();
+                let fields = candidates::fields(&rank, ready, pending);
+                let read = self
+                    .redlock
                     .candidates(Some((&self.identity, &fields)), life)
-                    .await
+                    .await;
+                // Written only if a quorum took it; either way, not ready is the safe answer.
+                let ready = ready && read.is_some();
+                (read, ready)
             }
-            None => self.redlock.candidates(None, life).await,
+            None => (self.redlock.candidates(None, life).await, false),
         }
     }
 
     /// Keep a read (if a quorum answered) and update what `/leader` shows.
-    fn apply_candidates(&mut self, read: Option<Vec<Candidate>>, leading: bool, pending: bool) {
+    fn apply_candidates(&mut self, read: Read, leading: bool, pending: bool) {
+        let (read, ready) = read;
         if let Some(c) = read {
             self.last_candidates = c;
         }
@@ -508,6 +524,7 @@ impl Elector {
                 leader_rank: rank.clone(),
                 rank,
                 handover_pending: pending,
+                candidate_ready: ready,
             }
         } else {
             let leader = self.tx.borrow().leader.clone();
@@ -516,6 +533,7 @@ impl Elector {
                 rank,
                 leader_rank: record.map(|c| c.rank.clone()),
                 handover_pending: record.is_some_and(|c| c.pending),
+                candidate_ready: ready,
             }
         };
         self.candidacy.send_if_modified(|v| {
@@ -555,7 +573,7 @@ impl Elector {
         stalls.borrow_and_update();
         // A better candidate is ready and settling (shown in `/leader` and the own record).
         let mut pending = false;
-        self.apply_candidates(None, true, false);
+        self.apply_candidates((None, true), true, false);
         let (reason, named) = loop {
             let deadline = lease.deadline;
             tokio::select! {
@@ -579,19 +597,19 @@ impl Elector {
                     let redlock = self.redlock.clone();
                     let (renewed, read) = tokio::select! {
                         r = async { tokio::join!(redlock.renew(&lease), self.read_candidates(true, pending)) } => r,
-                        _ = sleep_until(deadline) => (None, None),
+                        _ = sleep_until(deadline) => (None, (None, false)),
                     };
                     match renewed {
                         Some(d) => {
                             lease.deadline = d.max(lease.deadline);
                             self.publish(Some(Term { token: lease.token, deadline: lease.deadline }), Some(self.identity.clone()));
                             next_renew = started + self.timing.renew_every;
-                            let fresh = read.is_some();
+                            let fresh = read.0.is_some();
                             let was_pending = pending;
                             pending = false;
                             if let (true, Some(mine)) = (fresh, self.rank()) {
                                 match candidates::handover(
-                                    read.as_deref().unwrap_or_default(),
+                                    read.0.as_deref().unwrap_or_default(),
                                     &self.identity,
                                     &mine,
                                     self.preference.prefer,
@@ -662,9 +680,13 @@ impl Elector {
         self.redlock
             .release_naming(&lease.value, true, successor.as_deref())
             .await;
-        self.apply_candidates(None, false, false);
+        self.apply_candidates((None, false), false, false);
     }
 }
+
+/// A read of the candidates (if a quorum answered) and whether the own record written says
+/// ready.
+type Read = (Option<Vec<Candidate>>, bool);
 
 struct AliveGuard(Arc<LoopHealth>);
 

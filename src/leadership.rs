@@ -72,6 +72,9 @@ pub struct View {
     /// Whether the leader sees a better candidate (by `lease.prefer`) ready and settling: a
     /// preferred handover is pending.
     pub handover_pending: bool,
+    /// Whether this sidecar's own candidate record says ready: a quorum counts its votes and,
+    /// in Kubernetes, its pod is Ready. Only a ready candidate is named as a successor.
+    pub candidate_ready: bool,
 }
 
 impl Leadership {
@@ -108,6 +111,7 @@ impl Leadership {
             nodes: BTreeMap::new(),
             leader_rank: None,
             handover_pending: false,
+            candidate_ready: false,
         }
     }
 
