@@ -59,12 +59,15 @@ fn wait_leader(sidecars: &[&Sidecar]) -> usize {
     .unwrap_or_else(|| panic!("no sole leader among {} sidecars", sidecars.len()))
 }
 
+/// (when, leader) at each change of the observed leader.
+type History = Vec<(Instant, Option<String>)>;
+
 /// The leader over time, as seen by polling every registered sidecar.
 struct Observer {
     /// (identity, api port) of the sidecars to poll.
     targets: Arc<Mutex<Vec<(String, u16)>>>,
     /// (when, leader) at each change of the observed leader (None = nobody answers leader).
-    history: Arc<Mutex<Vec<(Instant, Option<String>)>>>,
+    history: Arc<Mutex<History>>,
     /// Two leaders at once, if ever seen.
     overlap: Arc<Mutex<Option<String>>>,
     stop: Arc<AtomicBool>,
@@ -74,7 +77,7 @@ struct Observer {
 impl Observer {
     fn start() -> Observer {
         let targets: Arc<Mutex<Vec<(String, u16)>>> = Arc::default();
-        let history: Arc<Mutex<Vec<(Instant, Option<String>)>>> = Arc::default();
+        let history: Arc<Mutex<History>> = Arc::default();
         let overlap: Arc<Mutex<Option<String>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
