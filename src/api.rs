@@ -167,7 +167,7 @@ pub fn compat(shared: &Shared) -> serde_json::Value {
     let s = shared.leadership.borrow().at(now);
     json!({
         "name": s.leader.unwrap_or_default(),
-        "last_update": humantime::format_rfc3339_millis(s.changed_at).to_string(),
+        "last_update": humantime::format_rfc3339_seconds(s.changed_at).to_string(),
     })
 }
 

@@ -909,6 +909,36 @@ mod tests {
     }
 
     #[test]
+    fn standing_reads_revision_creation_and_readiness() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "p",
+                "labels": {"controller-revision-hash": "sts-2", "pod-template-hash": "7c9f"},
+                "creationTimestamp": "2026-11-23T12:00:00Z",
+            },
+            "status": {"conditions": [
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "Ready", "status": "False"},
+            ]},
+        }))
+        .unwrap();
+        let s = standing_of(&pod);
+        assert_eq!(s.revision, "7c9f");
+        assert_eq!(s.created, 1_795_435_200);
+        assert!(!s.ready && s.known);
+        let ready: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": {"controller-revision-hash": "sts-2"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        let s = standing_of(&ready);
+        assert_eq!(
+            (s.revision.as_str(), s.created, s.ready),
+            ("sts-2", 0, true)
+        );
+    }
+
+    #[test]
     fn backoff_grows_with_jitter_up_to_the_cap() {
         let mut b = Backoff::new(Duration::from_secs(1));
         let delays: Vec<Duration> = (0..8).map(|_| b.next_delay()).collect();
