@@ -11,6 +11,7 @@
 //! the leader over time; it also fails the test if two sidecars ever answer `is_leader` at once.
 
 mod common;
+mod fakeapi;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,6 +19,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
+use fakeapi::{FakeApi, NS};
+use serde_json::json;
 
 const TTL: Duration = Duration::from_secs(1);
 /// `redis.timeout` of the sidecars (the test default) + the 25 ms margin.
@@ -427,4 +430,118 @@ fn rollout_with_prefer_none_reports_todays_count() {
         counts.push(changes);
     }
     report("prefer none: changes per rollout", format!("{counts:?}"));
+}
+
+/// The same rollout in Kubernetes mode against the recording fake API server: pods carry a
+/// `pod-template-hash` (rev-1, then rev-2) and a `creationTimestamp`, and turn Ready when their
+/// sidecar serves (the kubelet's part, played by the test). The rank comes from the pod only (no
+/// priority), and `prefer` is left at its Kubernetes default (newest). The next old pod is
+/// terminated once the new one is a ready candidate (its pod Ready as polled, and eligible).
+fn kube_rollout(
+    nodes: &[Redis],
+    fake: &FakeApi,
+    tag: &str,
+    position: usize,
+) -> (usize, Duration, Vec<String>) {
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let lease = format!("kube-{tag}");
+    let start = |name: &str, rev: &str, created: std::time::SystemTime| -> Sidecar {
+        fake.add_pod(name, &[("app", "demo"), ("pod-template-hash", rev)]);
+        fake.update_pod(
+            name,
+            json!({
+                "metadata": {"creationTimestamp": humantime::format_rfc3339_seconds(created).to_string()},
+                "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+            }),
+        );
+        let opts = Opts {
+            lease: lease.clone(),
+            extra: [
+                "--kubernetes",
+                "true",
+                "--pod-name",
+                name,
+                "--namespace",
+                NS,
+                "--prefer-settle",
+                "1s",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            env: vec![(
+                "KUBECONFIG".into(),
+                fake.kubeconfig(name).display().to_string(),
+            )],
+            ..Opts::default()
+        };
+        let s = Sidecar::start(name, &refs, &opts);
+        fake.update_pod(
+            name,
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+        s
+    };
+    let t0 = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let observer = Observer::start();
+    let mut old: Vec<Sidecar> = (0..3)
+        .map(|i| {
+            start(
+                &format!("{tag}-old-{i}"),
+                "rev-1",
+                t0 + Duration::from_secs(i),
+            )
+        })
+        .collect();
+    for s in &old {
+        observer.watch(s);
+        wait_candidate_ready(s);
+    }
+    let leader = wait_leader(&old.iter().collect::<Vec<_>>());
+    let mut order: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    order.insert(position, leader);
+    let from = Instant::now();
+    let mut new = Vec::new();
+    for (step, &victim) in order.iter().enumerate() {
+        let s = start(
+            &format!("{tag}-new-{step}"),
+            "rev-2",
+            std::time::SystemTime::now(),
+        );
+        observer.watch(&s);
+        wait_candidate_ready(&s);
+        new.push(s);
+        old[victim].terminate();
+        observer.forget(&old[victim]);
+    }
+    thread::sleep(Duration::from_millis(2500));
+    wait_leader(&new.iter().collect::<Vec<_>>());
+    thread::sleep(Duration::from_millis(100));
+    if let Some(both) = observer.overlap() {
+        panic!("two leaders at once during the rollout: {both}");
+    }
+    observer.changes(from)
+}
+
+#[test]
+fn kube_rollout_with_the_default_preference_moves_leadership_exactly_once() {
+    let nodes = redis_cluster(3, TTL);
+    let fake = FakeApi::start();
+    for position in 0..3 {
+        let (changes, gap, leaders) =
+            kube_rollout(&nodes, &fake, &format!("p{position}"), position);
+        report(
+            &format!(
+                "kubernetes (fake API), default prefer, leader terminated at position {position}"
+            ),
+            format!("{changes} change(s), longest gap {gap:?}, leaders {leaders:?}"),
+        );
+        assert_eq!(changes, 1, "position {position}: {leaders:?}");
+        assert!(
+            leaders.last().is_some_and(|l| l.contains("-new-")),
+            "{leaders:?}"
+        );
+    }
+    // Every request the sidecars made is one the chart's Role allows (no new RBAC).
+    fakeapi::assert_allowed_by_shipped_role(&fake.records());
 }
