@@ -327,10 +327,16 @@ impl Elector {
         });
     }
 
-    /// Run until `stop` turns true; on the way out, release the lease if held.
+    /// Run until `stop` turns true; on the way out, release the lease if held, and withdraw the
+    /// own candidate record so that no leader names a sidecar that is gone.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         self.health.alive.store(true, Ordering::SeqCst);
         let _alive = AliveGuard(self.health.clone());
+        self.elect(&mut stop).await;
+        self.redlock.withdraw(&self.identity).await;
+    }
+
+    async fn elect(&mut self, stop: &mut watch::Receiver<bool>) {
         let mut next_attempt = Instant::now();
         let mut fast_streak = 0u32;
         let mut cooldown_until: Option<Instant> = None;
@@ -406,7 +412,7 @@ impl Elector {
                             .saturating_duration_since(since)
                             .as_secs_f64(),
                     );
-                    let reason = self.lead(lease, &mut stop).await;
+                    let reason = self.lead(lease, stop).await;
                     self.reason_tx.send_replace(Some(reason));
                     if reason == StepDownReason::Shutdown {
                         return;

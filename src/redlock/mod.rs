@@ -449,6 +449,19 @@ impl Redlock {
         (answers.len() >= self.quorum()).then(|| candidates::merge(&answers, self.quorum()))
     }
 
+    /// Remove this sidecar's candidate record on every node in parallel (graceful shutdown).
+    pub async fn withdraw(&self, identity: &str) {
+        let script = &scripts().candidates;
+        let keys = [self.candidates_key.as_str()];
+        let args = [identity, "1", "withdraw", "0", "0", "0", ""];
+        self.nodes
+            .iter()
+            .map(|n| n.eval(script, &keys, &args))
+            .collect::<FuturesUnordered<_>>()
+            .for_each(|_| async {})
+            .await;
+    }
+
     /// Token-checked delete on every node in parallel; with `notify`, publish the release notice.
     ///
     /// Returns once a quorum of nodes confirmed (the key is ours no more there: deleted, or held

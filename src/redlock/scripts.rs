@@ -98,14 +98,19 @@ return {now, 0}
 );
 
 /// Candidate records ([`super::candidates`]). KEYS: candidates hash. ARGV: identity ('' = only
-/// read), lifetime ms, ready (0/1), priority, created, pending (0/1), revision.
+/// read), lifetime ms, ready (0/1, or `withdraw`: delete the record), priority, created, pending
+/// (0/1), revision.
 /// Writes `expiry|ready_since|priority|created|pending|revision` (times in this node's `TIME`
 /// µs; `ready_since` kept from the live record while ready, 0 when not ready), keeps the hash
 /// alive for a lifetime, drops expired entries, and returns `{now, now, id1, value1, ...}` of
 /// the live ones (`now` twice: [`super::node::Node::eval`] takes the first as a clock reading).
 pub const CANDIDATES: &str = concat!(
     now_us!(),
-    r#"if ARGV[1] ~= '' then
+    r#"if ARGV[3] == 'withdraw' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return {now, now}
+end
+if ARGV[1] ~= '' then
   local since = 0
   if ARGV[3] == '1' then
     since = now
