@@ -6,8 +6,8 @@
 //! in the node's own `TIME` (µs), so expiry and "ready for how long" never compare two clocks.
 //! The script drops expired entries as it reads.
 //!
-//! A record counts only when a quorum of nodes holds it; "ready for" is the shortest of the
-//! nodes' answers. Preference only orders contenders: whoever is named still has to win the
+//! A record counts only when a quorum of nodes holds it; it is ready when a quorum says so, for
+//! as long as a quorum agrees. Preference only orders contenders: whoever is named still has to win the
 //! Redlock quorum like anyone else.
 
 use std::cmp::Ordering;
@@ -80,12 +80,14 @@ pub fn parse_record(value: &str) -> Option<(i64, i64, Rank, bool)> {
 }
 
 /// Merge the nodes' answers: candidates held by at least `quorum` nodes, live by each node's
-/// own clock, ready only if every such node says so (for the shortest time any reports).
+/// own clock. A candidate is ready when a quorum of nodes says so, for as long as a quorum
+/// agrees (the quorum-th longest of their readiness times): one node that missed the latest
+/// refresh (a slow reply) neither hides a ready candidate nor makes one look settled sooner.
 pub fn merge(answers: &[NodeRecords], quorum: usize) -> Vec<Candidate> {
     struct Acc {
         nodes: usize,
         rank: Rank,
-        ready_for: Option<Duration>,
+        ready: Vec<Duration>,
         pending: bool,
     }
     let mut by_id: BTreeMap<&str, Acc> = BTreeMap::new();
@@ -97,38 +99,31 @@ pub fn merge(answers: &[NodeRecords], quorum: usize) -> Vec<Candidate> {
             if expiry <= *now {
                 continue;
             }
-            let ready = (since > 0).then(|| Duration::from_micros((now - since).max(0) as u64));
-            match by_id.get_mut(id.as_str()) {
-                None => {
-                    by_id.insert(
-                        id,
-                        Acc {
-                            nodes: 1,
-                            rank,
-                            ready_for: ready,
-                            pending,
-                        },
-                    );
-                }
-                Some(a) => {
-                    a.nodes += 1;
-                    a.ready_for = match (a.ready_for, ready) {
-                        (Some(x), Some(y)) => Some(x.min(y)),
-                        _ => None,
-                    };
-                    a.pending |= pending;
-                }
+            let acc = by_id.entry(id.as_str()).or_insert_with(|| Acc {
+                nodes: 0,
+                rank,
+                ready: Vec::new(),
+                pending: false,
+            });
+            acc.nodes += 1;
+            acc.pending |= pending;
+            if since > 0 {
+                acc.ready
+                    .push(Duration::from_micros((now - since).max(0) as u64));
             }
         }
     }
     by_id
         .into_iter()
         .filter(|(_, a)| a.nodes >= quorum)
-        .map(|(id, a)| Candidate {
-            identity: id.to_string(),
-            rank: a.rank,
-            ready_for: a.ready_for,
-            pending: a.pending,
+        .map(|(id, mut a)| {
+            a.ready.sort_unstable_by(|x, y| y.cmp(x));
+            Candidate {
+                identity: id.to_string(),
+                rank: a.rank,
+                ready_for: a.ready.get(quorum.max(1) - 1).copied(),
+                pending: a.pending,
+            }
         })
         .collect()
 }
@@ -270,7 +265,7 @@ mod tests {
     }
 
     #[test]
-    fn merge_needs_a_quorum_and_takes_the_shortest_readiness() {
+    fn merge_needs_a_quorum_and_a_quorum_of_readiness() {
         let r = rank(1, "", 0);
         let a = (
             1_000_000,
@@ -284,11 +279,15 @@ mod tests {
         let merged = merge(&[a.clone(), b.clone(), only_one], 2);
         assert_eq!(merged.len(), 1);
         assert_eq!(merged[0].identity, "a");
-        // Node a: ready 600 ms; node b: 200 ms (each by its own clock).
+        // Node a: ready 600 ms; node b: 200 ms (each by its own clock). Both are needed for a
+        // quorum of 2, so the shorter one counts.
         assert_eq!(merged[0].ready_for, Some(Duration::from_millis(200)));
-        // Not ready on one node: not ready.
+        // Not ready on one of two: not ready.
         let c = (1_000_000, vec![("a".to_string(), rec(2_000_000, 0, &r))]);
-        assert_eq!(merge(&[a.clone(), c], 2)[0].ready_for, None);
+        assert_eq!(merge(&[a.clone(), c.clone()], 2)[0].ready_for, None);
+        // Ready on two of three (one node missed the refresh): ready, for as long as both agree.
+        let m = merge(&[a.clone(), c, b.clone()], 2);
+        assert_eq!(m[0].ready_for, Some(Duration::from_millis(200)));
         // Expired by the node's own clock: gone.
         let expired = (3_000_000, vec![("a".to_string(), rec(2_000_000, 1, &r))]);
         assert!(merge(&[a, expired], 2).is_empty());
