@@ -667,6 +667,10 @@ pub struct UnsafeSwitches {
     /// `--unsafe-disable-clock-check`: no clock-jump detection, and nodes count without having
     /// been watched for ttl + margin.
     pub clock_check_off: bool,
+    /// `--no-named-successor`: releases name no successor, so followers race for the lease as
+    /// before candidate records existed. Not a safety mechanism (the quorum rule is unchanged);
+    /// here so the benchmark can compare handovers with and without a named successor.
+    pub no_named_successor: bool,
 }
 
 impl UnsafeSwitches {
@@ -675,6 +679,9 @@ impl UnsafeSwitches {
         let mut w = Vec::new();
         if self.quarantine_off {
             w.push("--unsafe-disable-quarantine: restarted nodes count at once; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.no_named_successor {
+            w.push("--no-named-successor: releases name no successor; followers race (benchmark comparison only)");
         }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");
@@ -700,6 +707,13 @@ pub fn cli() -> clap::Command {
         .arg(
             Arg::new("unsafe-disable-quarantine")
                 .long("unsafe-disable-quarantine")
+                .action(ArgAction::SetTrue)
+                .hide(true)
+                .global(true),
+        )
+        .arg(
+            Arg::new("no-named-successor")
+                .long("no-named-successor")
                 .action(ArgAction::SetTrue)
                 .hide(true)
                 .global(true),
@@ -759,6 +773,7 @@ where
     let switches = UnsafeSwitches {
         quarantine_off: m.get_flag("unsafe-disable-quarantine"),
         clock_check_off: m.get_flag("unsafe-disable-clock-check"),
+        no_named_successor: m.get_flag("no-named-successor"),
     };
     let mut raw = match file {
         Some(path) => {

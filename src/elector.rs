@@ -125,6 +125,8 @@ pub struct Preference {
     pub settle: Duration,
     /// How long followers not named wait after a notice ([`grace`]).
     pub grace: Duration,
+    /// Whether a graceful release names a successor (off only for the benchmark's comparison).
+    pub name_successor: bool,
 }
 
 /// What `/leader` shows about candidates.
@@ -291,7 +293,7 @@ impl Elector {
         let (req_tx, req_rx) = mpsc::channel(16);
         let (candidacy_tx, candidacy_rx) = watch::channel(CandidacyView::default());
         let health = Arc::new(LoopHealth::default());
-        let notices = Arc::new(Notices::default());
+        let notices = Arc::new(Notices::new(redlock.quorum()));
         let elector = Elector {
             redlock,
             identity,
@@ -375,10 +377,22 @@ impl Elector {
                 }
                 free_since = Some(Instant::now());
                 match self.notices.successor() {
-                    // Named: attempt at once.
+                    // Named: attempt as soon as the key is gone on a quorum (a quorum of nodes
+                    // has sent the notice; the first copy may come from a node the release
+                    // reached first, and an attempt then would find the key still held
+                    // elsewhere). If copies are missing (a node down), attempt after the grace.
                     Some(named) if named == self.identity => {
-                        tracing::debug!(
-                            "named successor by the release notice; attempting at once"
+                        let until = Instant::now() + self.preference.grace;
+                        while self.notices.copies() < self.notices.quorum() {
+                            tokio::select! {
+                                _ = self.notices.quorum_reached() => {}
+                                _ = sleep_until(until) => break,
+                                _ = stop.changed() => return,
+                            }
+                        }
+                        tracing::info!(
+                            copies = self.notices.copies(),
+                            "named successor by the release notice; attempting"
                         );
                     }
                     // Someone else is named: let it win first; if it is gone, this costs the
@@ -658,7 +672,7 @@ impl Elector {
         let graceful = reason.handover_label();
         let successor = match (graceful, named) {
             (_, Some(n)) => Some(n),
-            (Some(_), None) => {
+            (Some(_), None) if self.preference.name_successor => {
                 let life = self.timing.retry_every * 3;
                 if let Some(c) = self.redlock.candidates(None, life).await {
                     self.last_candidates = c;
@@ -671,7 +685,7 @@ impl Elector {
                 )
                 .map(|c| c.identity.clone())
             }
-            (None, None) => None,
+            _ => None,
         };
         tracing::info!(
             reason = reason.as_str(),

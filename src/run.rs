@@ -73,6 +73,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             priority: config.lease.priority,
             settle: config.lease.prefer_settle,
             grace: elector::grace(config.redis.timeout),
+            name_successor: !config.unsafe_switches.no_named_successor,
         },
         standing_rx,
         metrics.clone(),

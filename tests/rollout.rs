@@ -55,6 +55,22 @@ fn wait_candidate_ready(s: &Sidecar) {
     });
 }
 
+/// Wait until every node holds `id`'s candidate record saying ready (what a leader reads).
+fn wait_ready_on_nodes(nodes: &[Redis], lease: &str, id: &str) {
+    let key = format!("redlock-elector:{lease}:candidates");
+    wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
+        nodes
+            .iter()
+            .all(|n| {
+                n.cli(&["HGET", &key, id])
+                    .and_then(|v| v.split('|').nth(1).map(|s| s != "0" && !s.is_empty()))
+                    .unwrap_or(false)
+            })
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("{id}'s record never said ready on every node"));
+}
+
 fn wait_leader(sidecars: &[&Sidecar]) -> usize {
     wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
         sole_leader(sidecars)
@@ -228,6 +244,7 @@ fn the_named_successor_acquires_first() {
     let d = Sidecar::start("d", &refs, &opts("named", "newest", 1, settle));
     for s in [&b, &c, &d] {
         wait_candidate_ready(s);
+        wait_ready_on_nodes(&nodes, "named", &s.identity);
     }
     let mut takeovers = Vec::new();
     for round in 0..4 {
@@ -242,11 +259,12 @@ fn the_named_successor_acquires_first() {
         leader.terminate();
         let took = time_to_lead(named, t0, Duration::from_secs(5)).unwrap_or_else(|| {
             panic!(
-                "round {round}: the named successor {} did not lead; c: {:?} d: {:?}\n{}",
+                "round {round}: the named successor {} did not lead; c: {:?} d: {:?}\n{}\nold leader:\n{}",
                 named.identity,
                 c.leader(),
                 d.leader(),
-                named.logs()
+                named.logs(),
+                std::fs::read_to_string(&leader.log).unwrap_or_default()
             )
         });
         takeovers.push(took);
@@ -261,6 +279,7 @@ fn the_named_successor_acquires_first() {
         let (id, prio) = if round % 2 == 0 { ("a", 1) } else { ("b", 5) };
         let back = Sidecar::start(id, &refs, &opts("named", "newest", prio, settle));
         wait_candidate_ready(&back);
+        wait_ready_on_nodes(&nodes, "named", id);
         if round % 2 == 0 {
             a = back;
         } else {

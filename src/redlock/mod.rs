@@ -100,36 +100,65 @@ pub struct Redlock {
     releasing: tokio::sync::watch::Sender<usize>,
 }
 
-/// Release notices as the subscriptions deliver them: a wake-up, and the successor the latest
-/// one named. Every node publishes the same notice; repeats of the last payload are dropped.
-#[derive(Default)]
+/// Release notices as the subscriptions deliver them: a wake-up at the first copy of each
+/// notice, the successor it names, and how many nodes have sent it. Every node publishes the
+/// notice as it deletes the key there, so a quorum of copies means the key is gone on a quorum.
 pub struct Notices {
-    /// Wakes the elector.
+    /// Wakes the elector at the first copy of a notice.
     notify: tokio::sync::Notify,
-    /// (last payload, the successor it names).
-    last: std::sync::Mutex<(String, Option<String>)>,
+    /// Wakes a waiting named successor when a quorum of copies has arrived.
+    quorum_reached: tokio::sync::Notify,
+    /// Copies that mean "gone on a quorum".
+    quorum: usize,
+    /// (last payload, the successor it names, copies received).
+    last: std::sync::Mutex<(String, Option<String>, usize)>,
 }
 
 impl Notices {
-    /// Record a notice's payload and wake the elector (once per distinct payload).
+    /// Notices for a lease over nodes with this quorum.
+    pub fn new(quorum: usize) -> Self {
+        Notices {
+            notify: tokio::sync::Notify::new(),
+            quorum_reached: tokio::sync::Notify::new(),
+            quorum,
+            last: std::sync::Mutex::new((String::new(), None, 0)),
+        }
+    }
+
+    /// Record one node's copy of a notice; wake the elector at the first copy, a waiting named
+    /// successor at the quorum-th.
     pub fn post(&self, payload: &str) {
-        {
+        let copies = {
             // A poisoned lock only means a panic elsewhere mid-update; the data is plain.
             let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
             if last.0 == payload {
-                return;
+                last.2 += 1;
+            } else {
+                *last = (
+                    payload.to_string(),
+                    candidates::notice_successor(payload).map(String::from),
+                    1,
+                );
             }
-            *last = (
-                payload.to_string(),
-                candidates::notice_successor(payload).map(String::from),
-            );
+            last.2
+        };
+        if copies == 1 {
+            self.notify.notify_one();
         }
-        self.notify.notify_one();
+        if copies == self.quorum {
+            self.quorum_reached.notify_one();
+        }
     }
 
-    /// Resolves at the next notice.
+    /// Resolves at the first copy of the next notice.
     pub async fn notified(&self) {
         self.notify.notified().await
+    }
+
+    /// Resolves when a quorum of copies has arrived (possibly of an earlier notice: check
+    /// [`Notices::copies`]).
+    pub async fn quorum_reached(&self) {
+        self.quorum_reached.notified().await
     }
 
     /// The successor the latest notice named, if any.
@@ -139,6 +168,16 @@ impl Notices {
             .unwrap_or_else(|e| e.into_inner())
             .1
             .clone()
+    }
+
+    /// How many nodes have sent the latest notice.
+    pub fn copies(&self) -> usize {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).2
+    }
+
+    /// Copies that mean the key is gone on a quorum.
+    pub fn quorum(&self) -> usize {
+        self.quorum
     }
 }
 
