@@ -1290,8 +1290,30 @@ impl Trio {
 }
 
 fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
-    eprintln!("== graceful handover: 3 sidecars, 3 nodes, ttl 1s, retryEvery 1s");
-    let lease = "bench-handover";
+    bench_handover_with(rt, o, rep, nodes, true);
+    bench_handover_with(rt, o, rep, nodes, false);
+}
+
+/// Graceful handovers with the release naming a successor (the default), or without
+/// (`--no-named-successor`: followers race, as before candidate records).
+fn bench_handover_with(
+    rt: &tokio::runtime::Runtime,
+    o: &Opts,
+    rep: &mut Report,
+    nodes: &[&Redis],
+    named: bool,
+) {
+    let how = if named {
+        "named successor"
+    } else {
+        "no named successor"
+    };
+    eprintln!("== graceful handover ({how}): 3 sidecars, 3 nodes, ttl 1s, retryEvery 1s");
+    let lease = if named {
+        "bench-handover"
+    } else {
+        "bench-handover-race"
+    };
     let (ntx, nrx) = mpsc::channel();
     for n in nodes {
         subscribe_notices(
@@ -1300,7 +1322,11 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
             ntx.clone(),
         );
     }
-    let mut trio = Trio::start(rt, lease, nodes, &["--ttl", "1s", "--retry-every", "1s"]);
+    let mut args = vec!["--ttl", "1s", "--retry-every", "1s"];
+    if !named {
+        args.push("--no-named-successor");
+    }
+    let mut trio = Trio::start(rt, lease, nodes, &args);
     let mut latest = HashMap::new();
     let per_kind = o.n(30, 3);
     // (kind, release -> new leader, request/signal -> new leader), printed in this order.
@@ -1344,6 +1370,23 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
         .iter()
         .flat_map(|(_, a, _)| a.iter().copied())
         .collect();
+    if !named {
+        rep.info(
+            s,
+            format!("{how}: release -> new leader p50"),
+            pct(&all, 0.5),
+            "ms",
+            format!("{} handovers (SIGTERM and step-down)", all.len()),
+        );
+        rep.info(
+            s,
+            format!("{how}: release -> new leader p99"),
+            pct(&all, 0.99),
+            "ms",
+            "followers race after the release notice",
+        );
+        return;
+    }
     for (kind, rel, sig) in &by_kind {
         rep.info(
             s,
@@ -1367,7 +1410,7 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
             "includes signal delivery / HTTP, publishing not-leader, the release round",
         );
     }
-    rep.target(s, "all: release -> new leader p50", pct(&all, 0.5), "ms", 10.0, false, format!("{} handovers; release = first release notice on any node, new leader = first is_leader:true SSE event", all.len()));
+    rep.target(s, "all: release -> new leader p50", pct(&all, 0.5), "ms", 10.0, false, format!("{} handovers, the release naming a successor; release = first release notice on any node, new leader = first is_leader:true SSE event", all.len()));
     rep.target(
         s,
         "all: release -> new leader p99",

@@ -169,25 +169,55 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
         let (value, other) = (new_value("check-config"), new_value("check-config"));
         let ttl_ms = config.lease.ttl.as_millis().to_string();
         let scripts = scripts();
-        let (acquire, renew, release) = (&scripts.acquire, &scripts.renew, &scripts.release);
+        let (acquire, renew, release, candidates) = (
+            &scripts.acquire,
+            &scripts.renew,
+            &scripts.release,
+            &scripts.candidates,
+        );
         let both = [probe_key.as_str(), probe_epoch.as_str()];
-        let steps: [(&str, _, &[&str], Vec<&str>, i64); 4] = [
+        let probe_candidates = [format!("{probe_key}:candidates")];
+        let probe_candidates = [probe_candidates[0].as_str()];
+        // `None`: any `{TIME, ...}` reply will do (the candidates script answers with records).
+        let steps: [(&str, _, &[&str], Vec<&str>, Option<i64>); 6] = [
             (
                 "acquire",
                 acquire,
                 &both,
                 vec![&value, &ttl_ms, "0", "take"],
-                1,
+                Some(1),
             ),
             (
                 "acquire (denied)",
                 acquire,
                 &both,
                 vec![&other, &ttl_ms, "0", "take"],
-                0,
+                Some(0),
             ),
-            ("renew", renew, &both, vec![&value, &ttl_ms, "0"], 1),
-            ("release", release, &both[..1], vec![&value, &channel], 1),
+            ("renew", renew, &both, vec![&value, &ttl_ms, "0"], Some(1)),
+            (
+                "release",
+                release,
+                &both[..1],
+                vec![&value, &channel],
+                Some(1),
+            ),
+            // A candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL) and withdrawn
+            // (HDEL), on a hash beside the probe key.
+            (
+                "candidate record",
+                candidates,
+                &probe_candidates,
+                vec!["check-config", &ttl_ms, "0", "0", "0", "0", ""],
+                None,
+            ),
+            (
+                "candidate withdrawal",
+                candidates,
+                &probe_candidates,
+                vec!["check-config", &ttl_ms, "withdraw", "0", "0", "0", ""],
+                None,
+            ),
         ];
         for (step, script, keys, args, expect) in steps {
             let reply: redis::Value = redis::cmd("EVALSHA")
@@ -199,14 +229,15 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
                 .await
                 .map_err(classify_err)?;
             // Every script answers `{node TIME, result, ...}`.
-            let got = match &reply {
-                redis::Value::Array(items) => match items.get(1) {
-                    Some(redis::Value::Int(i)) => Some(*i),
-                    _ => None,
+            let ok = match &reply {
+                redis::Value::Array(items) => match (items.get(1), expect) {
+                    (Some(redis::Value::Int(i)), Some(e)) => *i == e,
+                    (Some(redis::Value::Int(_)), None) => true,
+                    _ => false,
                 },
-                _ => None,
+                _ => false,
             };
-            if got != Some(expect) {
+            if !ok {
                 return Err(ConnectError::new(
                     Reason::Other,
                     format!("the {step} script on the probe key {probe_key} answered {reply:?}"),

@@ -570,12 +570,12 @@ impl Node {
         }
     }
 
-    /// Subscribe to `channel` on this node and call `on_message` for each message, reconnecting
+    /// Subscribe to `channel` on this node and post each message to `notices`, reconnecting
     /// with backoff, until `stop` fires.
     pub async fn subscribe(
         self: Arc<Self>,
         channel: String,
-        on_message: Arc<Notify>,
+        notices: Arc<super::Notices>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         use futures::StreamExt;
@@ -595,8 +595,8 @@ impl Node {
                     .map_err(|e| e.to_string())?;
                 self.subscribe_failures.succeeded();
                 let mut stream = ps.into_on_message();
-                while stream.next().await.is_some() {
-                    on_message.notify_one();
+                while let Some(msg) = stream.next().await {
+                    notices.post(&msg.get_payload::<String>().unwrap_or_default());
                 }
                 Err::<(), String>("subscription closed".into())
             };

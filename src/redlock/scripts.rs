@@ -80,19 +80,67 @@ return {now, r}
 "#
 );
 
-/// Token-checked release. KEYS: lock. ARGV: value, channel ('' = do not publish).
+/// Token-checked release. KEYS: lock. ARGV: value, channel ('' = do not publish), notice
+/// payload (the value and the named successor, [`super::candidates::notice_payload`]).
 /// Deletes only our own value (`{now, 1}`, else `{now, 0}`); publishes the release notice so
-/// followers retry at once.
+/// followers retry at once (the named successor first).
 pub const RELEASE: &str = concat!(
     now_us!(),
     r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[2] ~= '' then
-    redis.call('PUBLISH', ARGV[2], ARGV[1])
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
   return {now, 1}
 end
 return {now, 0}
+"#
+);
+
+/// Candidate records ([`super::candidates`]). KEYS: candidates hash. ARGV: identity ('' = only
+/// read), lifetime ms, ready (0/1, or `withdraw`: delete the record), priority, created, pending
+/// (0/1), revision.
+/// Writes `expiry|ready_since|priority|created|pending|revision` (times in this node's `TIME`
+/// µs; `ready_since` kept from the live record while ready, 0 when not ready), keeps the hash
+/// alive for a lifetime, drops expired entries, and returns `{now, now, id1, value1, ...}` of
+/// the live ones (`now` twice: [`super::node::Node::eval`] takes the first as a clock reading).
+pub const CANDIDATES: &str = concat!(
+    now_us!(),
+    r#"if ARGV[3] == 'withdraw' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return {now, now}
+end
+if ARGV[1] ~= '' then
+  local since = 0
+  if ARGV[3] == '1' then
+    since = now
+    local old = redis.call('HGET', KEYS[1], ARGV[1])
+    if old then
+      local oe, os = string.match(old, '^(%d+)|(%d+)|')
+      if oe and tonumber(oe) > now and tonumber(os) > 0 then
+        since = tonumber(os)
+      end
+    end
+  end
+  local life = tonumber(ARGV[2])
+  local value = string.format('%.0f|%.0f|%s|%s|%s|%s', now + life * 1000, since, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  redis.call('HSET', KEYS[1], ARGV[1], value)
+  if redis.call('PTTL', KEYS[1]) < life then
+    redis.call('PEXPIRE', KEYS[1], life)
+  end
+end
+local all = redis.call('HGETALL', KEYS[1])
+local out = {now, now}
+for i = 1, #all, 2 do
+  local e = tonumber(string.match(all[i + 1], '^(%d+)|'))
+  if e and e > now then
+    out[#out + 1] = all[i]
+    out[#out + 1] = all[i + 1]
+  else
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+return out
 "#
 );
 
@@ -104,12 +152,14 @@ pub struct Scripts {
     pub renew: Script,
     /// [`RELEASE`].
     pub release: Script,
+    /// [`CANDIDATES`].
+    pub candidates: Script,
 }
 
 impl Scripts {
     /// Every script, for loading.
-    pub fn all(&self) -> [&Script; 3] {
-        [&self.acquire, &self.renew, &self.release]
+    pub fn all(&self) -> [&Script; 4] {
+        [&self.acquire, &self.renew, &self.release, &self.candidates]
     }
 }
 
@@ -117,6 +167,7 @@ static ALL: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     acquire: Script::new("acquire", ACQUIRE),
     renew: Script::new("renew", RENEW),
     release: Script::new("release", RELEASE),
+    candidates: Script::new("candidates", CANDIDATES),
 });
 
 /// The scripts, hashed once.

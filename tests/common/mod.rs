@@ -24,6 +24,15 @@ pub struct View {
     pub eligible: bool,
     /// Per endpoint: whether its vote counts now.
     pub nodes: std::collections::BTreeMap<String, bool>,
+    /// The leader's rank as its candidate record shows it.
+    #[serde(default)]
+    pub leader_rank: Option<serde_json::Value>,
+    /// Whether the leader sees a better candidate settling.
+    #[serde(default)]
+    pub handover_pending: bool,
+    /// Whether this sidecar's own candidate record says ready.
+    #[serde(default)]
+    pub candidate_ready: bool,
 }
 
 /// A port nobody listens on right now, and one this test process has never handed out before.
