@@ -178,24 +178,30 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
         let both = [probe_key.as_str(), probe_epoch.as_str()];
         let probe_candidates = [format!("{probe_key}:candidates")];
         let probe_candidates = [probe_candidates[0].as_str()];
-        // `None`: any `{TIME, ...}` reply will do (the candidates script answers with records).
-        let steps: [(&str, _, &[&str], Vec<&str>, Option<i64>); 6] = [
-            (
+        let step = |name, script, keys, args, expect| ProbeStep {
+            name,
+            script,
+            keys,
+            args,
+            expect,
+        };
+        let steps = [
+            step(
                 "acquire",
                 acquire,
                 &both,
                 vec![&value, &ttl_ms, "0", "take"],
                 Some(1),
             ),
-            (
+            step(
                 "acquire (denied)",
                 acquire,
                 &both,
                 vec![&other, &ttl_ms, "0", "take"],
                 Some(0),
             ),
-            ("renew", renew, &both, vec![&value, &ttl_ms, "0"], Some(1)),
-            (
+            step("renew", renew, &both, vec![&value, &ttl_ms, "0"], Some(1)),
+            step(
                 "release",
                 release,
                 &both[..1],
@@ -204,14 +210,14 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
             ),
             // A candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL) and withdrawn
             // (HDEL), on a hash beside the probe key.
-            (
+            step(
                 "candidate record",
                 candidates,
                 &probe_candidates,
                 vec!["check-config", &ttl_ms, "0", "0", "0", "0", ""],
                 None,
             ),
-            (
+            step(
                 "candidate withdrawal",
                 candidates,
                 &probe_candidates,
@@ -219,7 +225,14 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
                 None,
             ),
         ];
-        for (step, script, keys, args, expect) in steps {
+        for ProbeStep {
+            name: step,
+            script,
+            keys,
+            args,
+            expect,
+        } in steps
+        {
             let reply: redis::Value = redis::cmd("EVALSHA")
                 .arg(&script.sha)
                 .arg(keys.len())
@@ -277,4 +290,19 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
             format!("the probe did not finish within {}", fmt_dur(timeout * 8)),
         )),
     }
+}
+
+/// One script run of the probe, and the result it must answer (after the node's `TIME`);
+/// `None`: any `{TIME, ...}` reply will do (the candidates script answers with records).
+struct ProbeStep<'a> {
+    /// For the error message.
+    name: &'a str,
+    /// The script.
+    script: &'a crate::redlock::scripts::Script,
+    /// Its KEYS.
+    keys: &'a [&'a str],
+    /// Its ARGV.
+    args: Vec<&'a str>,
+    /// The expected result.
+    expect: Option<i64>,
 }
