@@ -185,6 +185,8 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
             args,
             expect,
         };
+        // A notice that names no successor (what the sidecars' subscriptions expect).
+        let notice = crate::redlock::candidates::notice_payload(&value, None);
         let steps = [
             step(
                 "acquire",
@@ -205,7 +207,7 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
                 "release",
                 release,
                 &both[..1],
-                vec![&value, &channel],
+                vec![&value, &channel, &notice],
                 Some(1),
             ),
             // A candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL) and withdrawn
