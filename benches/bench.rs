@@ -769,6 +769,7 @@ impl Direct {
         }
         let new = scripts::scripts();
         let epoch_key = format!("{key}:epoch");
+        let next_key = format!("{key}:next");
         let mut samples: [Vec<f64>; 4] = Default::default();
         for i in 0..iters {
             for with_time in [false, true] {
@@ -778,15 +779,27 @@ impl Direct {
                     (&old[0], &old[1], &old[2])
                 };
                 let value = format!("bench#{i}");
-                let mut take = vec![
-                    "EVALSHA", acquire, "2", key, &epoch_key, &value, "1000", "0",
-                ];
-                if with_time {
-                    take.push("take");
-                }
+                // Today's scripts also take the reservation key (named successors) and the
+                // identity / successor arguments; the reservation is never set here.
+                let take = if with_time {
+                    vec![
+                        "EVALSHA", acquire, "3", key, &epoch_key, &next_key, &value, "1000", "0",
+                        "take", "bench",
+                    ]
+                } else {
+                    vec![
+                        "EVALSHA", acquire, "2", key, &epoch_key, &value, "1000", "0",
+                    ]
+                };
                 let keep =
                     resp_encode(&["EVALSHA", renew, "2", key, &epoch_key, &value, "1000", "0"]);
-                let give = resp_encode(&["EVALSHA", release, "1", key, &value, ""]);
+                let give = if with_time {
+                    resp_encode(&[
+                        "EVALSHA", release, "2", key, &next_key, &value, "", "", "", "0",
+                    ])
+                } else {
+                    resp_encode(&["EVALSHA", release, "1", key, &value, ""])
+                };
                 // The grant: `*3 :time :1 :epoch` now, `*2 :1 :epoch` before; renew and release:
                 // `*2 :time :1` now, `:1` before.
                 let (acq_line, other_line) = if with_time { (2, 2) } else { (1, 0) };
@@ -1286,6 +1299,40 @@ impl Trio {
             }
         }
         None
+    }
+}
+
+/// Rolling replacements (3 sidecars of priority 1 by 3 of priority 2, surge 1, the leader
+/// terminated at each position of the order in turn), the driver `tests/rollout.rs` uses: the
+/// leadership changes per rollout and the longest leaderless gap, for each preference.
+fn bench_rollout(o: &Opts, rep: &mut Report, nodes: &[Redis]) {
+    let runs = o.n(6, 1);
+    for prefer in ["newest", "oldest", "none"] {
+        eprintln!("== rollout, prefer {prefer}: {runs} rollouts of 3 sidecars, surge 1");
+        let mut changes = Vec::new();
+        let mut gaps = Vec::new();
+        for run in 0..runs {
+            let lease = format!("bench-rollout-{prefer}-{run}");
+            let (n, gap, _, _) = common::rollout::rollout(nodes, &lease, prefer, run % 3);
+            changes.push(n as f64);
+            gaps.push(gap.as_secs_f64() * 1e3);
+        }
+        let counts: Vec<String> = changes.iter().map(|c| format!("{c}")).collect();
+        let mean = changes.iter().sum::<f64>() / changes.len() as f64;
+        rep.info(
+            "rollout",
+            format!("prefer {prefer}: leadership changes per rollout (mean)"),
+            mean,
+            "changes",
+            format!("per rollout: {}", counts.join(", ")),
+        );
+        rep.info(
+            "rollout",
+            format!("prefer {prefer}: longest leaderless gap"),
+            gaps.iter().copied().fold(0.0, f64::max),
+            "ms",
+            format!("over {runs} rollouts"),
+        );
     }
 }
 
@@ -2015,6 +2062,9 @@ fn main() {
     }
     if o.wants("failover") {
         bench_failover(&rt, &o, &mut rep, &three);
+    }
+    if o.wants("rollout") {
+        bench_rollout(&o, &mut rep, &shared[..3]);
     }
     if o.wants("load") {
         bench_load(&o, &mut rep, &three, &rt);

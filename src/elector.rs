@@ -25,7 +25,7 @@ use crate::config::Prefer;
 use crate::leadership::{Leadership, Term};
 use crate::metrics::Metrics;
 use crate::redlock::candidates::{self, Candidate, Handover, Rank};
-use crate::redlock::{Acquire, Lease, Notices, Redlock};
+use crate::redlock::{Acquire, Lease, Notices, Redlock, Successor};
 
 /// How long followers not named by a release notice wait before contending, measured against
 /// the named successor's acquisition (README "Rollouts"): on loopback the named one holds the
@@ -697,8 +697,12 @@ impl Elector {
         if let Some(label) = graceful {
             self.metrics.handovers.with_label_values(&[label]).inc();
         }
+        let successor = successor.as_deref().map(|identity| Successor {
+            identity,
+            grace: self.preference.grace,
+        });
         self.redlock
-            .release_naming(&lease.value, true, successor.as_deref())
+            .release_naming(&lease.value, true, successor)
             .await;
         self.apply_candidates((None, false), false, false);
     }

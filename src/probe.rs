@@ -162,11 +162,15 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
         ps.subscribe(&channel).await.map_err(classify_err)?;
         let mut notices = ps.into_on_message();
         // Every script on a fresh probe key: acquire (GET, SET NX PX), acquire again by someone
-        // else (the denial: PTTL), renew (PEXPIRE), release (DEL, PUBLISH on the lease's
-        // channel). Token 0 writes no epoch; the key expires after ttl if a step fails.
+        // else (the denial: PTTL), renew (PEXPIRE), release naming a successor (DEL, SET PX of
+        // the reservation, PUBLISH on the lease's channel), acquire by someone else while
+        // reserved (denied), then by the successor (consumes the reservation: DEL), release.
+        // Token 0 writes no epoch; the keys expire after ttl if a step fails.
         let probe_key = format!("{key}:probe:{}", new_value(""));
         let probe_epoch = format!("{probe_key}:epoch");
+        let probe_next = format!("{probe_key}:next");
         let (value, other) = (new_value("check-config"), new_value("check-config"));
+        let next = new_value("check-config-successor");
         let ttl_ms = config.lease.ttl.as_millis().to_string();
         let scripts = scripts();
         let (acquire, renew, release, candidates) = (
@@ -175,7 +179,12 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
             &scripts.release,
             &scripts.candidates,
         );
-        let both = [probe_key.as_str(), probe_epoch.as_str()];
+        let three = [
+            probe_key.as_str(),
+            probe_epoch.as_str(),
+            probe_next.as_str(),
+        ];
+        let released = [probe_key.as_str(), probe_next.as_str()];
         let probe_candidates = [format!("{probe_key}:candidates")];
         let probe_candidates = [probe_candidates[0].as_str()];
         let step = |name, script, keys, args, expect| ProbeStep {
@@ -185,29 +194,58 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
             args,
             expect,
         };
-        // A notice that names no successor (what the sidecars' subscriptions expect).
-        let notice = crate::redlock::candidates::notice_payload(&value, None);
+        // Notices as the sidecars send them: naming the successor, then naming none.
+        let named =
+            crate::redlock::candidates::notice_payload(&value, Some("check-config-successor"));
+        let notice = crate::redlock::candidates::notice_payload(&next, None);
         let steps = [
             step(
                 "acquire",
                 acquire,
-                &both,
-                vec![&value, &ttl_ms, "0", "take"],
+                &three,
+                vec![&value, &ttl_ms, "0", "take", "check-config"],
                 Some(1),
             ),
             step(
                 "acquire (denied)",
                 acquire,
-                &both,
-                vec![&other, &ttl_ms, "0", "take"],
+                &three,
+                vec![&other, &ttl_ms, "0", "take", "check-config-other"],
                 Some(0),
             ),
-            step("renew", renew, &both, vec![&value, &ttl_ms, "0"], Some(1)),
+            step(
+                "renew",
+                renew,
+                &three[..2],
+                vec![&value, &ttl_ms, "0"],
+                Some(1),
+            ),
+            step(
+                "release naming a successor",
+                release,
+                &released,
+                vec![&value, &channel, &named, "check-config-successor", &ttl_ms],
+                Some(1),
+            ),
+            step(
+                "acquire (reserved for the successor)",
+                acquire,
+                &three,
+                vec![&other, &ttl_ms, "0", "take", "check-config-other"],
+                Some(0),
+            ),
+            step(
+                "acquire by the successor",
+                acquire,
+                &three,
+                vec![&next, &ttl_ms, "0", "take", "check-config-successor"],
+                Some(1),
+            ),
             step(
                 "release",
                 release,
-                &both[..1],
-                vec![&value, &channel, &notice],
+                &released,
+                vec![&next, &channel, &notice, "", "0"],
                 Some(1),
             ),
             // A candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL) and withdrawn

@@ -86,6 +86,9 @@ pub struct Redlock {
     channel: String,
     /// `<keyPrefix><lease>:candidates`: the contenders' records ([`candidates`]).
     candidates_key: String,
+    /// `<keyPrefix><lease>:next`: the key's reservation for a named successor, for a grace
+    /// after a graceful release ([`scripts::RELEASE`]).
+    reservation_key: String,
     /// Lease ttl.
     ttl: Duration,
     /// `ttl·driftFactor + 2ms`.
@@ -182,6 +185,15 @@ impl Notices {
     }
 }
 
+/// The follower a graceful release names, and how long the key stays reserved for it.
+#[derive(Clone, Copy, Debug)]
+pub struct Successor<'a> {
+    /// Its identity.
+    pub identity: &'a str,
+    /// The reservation's lifetime on each node: the grace the other followers wait.
+    pub grace: Duration,
+}
+
 /// The value stored in the key: `<identity>#<nonce>` with 192 random bits.
 pub fn new_value(identity: &str) -> String {
     let mut nonce = [0u8; 24];
@@ -265,6 +277,7 @@ impl Redlock {
             epoch_key: format!("{key}:epoch"),
             channel: format!("{key}:released"),
             candidates_key: format!("{key}:candidates"),
+            reservation_key: format!("{key}:next"),
             key,
             nodes,
             ttl: config.lease.ttl,
@@ -338,8 +351,8 @@ impl Redlock {
                     let r = n
                         .eval(
                             acquire,
-                            &[&self.key, &self.epoch_key],
-                            &[value, ttl_ms, proposed, mode],
+                            &[&self.key, &self.epoch_key, &self.reservation_key],
+                            &[value, ttl_ms, proposed, mode, identity],
                         )
                         .await;
                     (n, eligible, parse_acquire(r))
@@ -514,17 +527,29 @@ impl Redlock {
         self.release_naming(value, notify, None).await
     }
 
-    /// [`Redlock::release`] whose notice names `successor`: that follower attempts at once,
-    /// the others after a grace.
-    pub async fn release_naming(&self, value: &str, notify: bool, successor: Option<&str>) {
+    /// [`Redlock::release`] whose notice names a successor: that follower attempts at once,
+    /// the others after the grace, and each node keeps the key reserved for the successor for
+    /// the grace.
+    pub async fn release_naming(
+        &self,
+        value: &str,
+        notify: bool,
+        successor: Option<Successor<'_>>,
+    ) {
         let release = &scripts().release;
         let channel = if notify { self.channel.as_str() } else { "" };
+        let (named, grace_ms) = successor.map_or((None, 0), |s| {
+            (Some(s.identity), s.grace.as_millis().max(1) as u64)
+        });
         // Owned once for all nodes: the futures may outlive this call (see below).
         let args = Arc::new([
             self.key.clone(),
+            self.reservation_key.clone(),
             value.to_string(),
             channel.to_string(),
-            candidates::notice_payload(value, successor),
+            candidates::notice_payload(value, named),
+            named.unwrap_or("").to_string(),
+            grace_ms.to_string(),
         ]);
         let mut pending: FuturesUnordered<_> = self
             .nodes
@@ -532,10 +557,14 @@ impl Redlock {
             .map(|n| {
                 let (node, args) = (n.clone(), args.clone());
                 async move {
-                    let [key, value, channel, payload] = &*args;
-                    node.eval(release, &[key], &[value, channel, payload])
-                        .await
-                        .is_ok()
+                    let [key, reservation, value, channel, payload, named, grace] = &*args;
+                    node.eval(
+                        release,
+                        &[key, reservation],
+                        &[value, channel, payload, named, grace],
+                    )
+                    .await
+                    .is_ok()
                 }
             })
             .collect();

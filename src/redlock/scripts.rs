@@ -32,20 +32,30 @@ macro_rules! now_us {
     };
 }
 
-/// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch. ARGV: value, ttl_ms, proposed token,
-/// mode (`take` | `probe`).
+/// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
+/// proposed token, mode (`take` | `probe`), identity.
 /// Granted → the proposed token is written set-if-greater in the same atomic step, and
 /// `{now, 1, epoch}` returns the node's fencing epoch *before* that write (0 if none). When no
 /// granting node had an epoch at or above the proposal, the proposal is the term's token and is
-/// already on a quorum: acquisition takes one round, not two.
+/// already on a quorum: acquisition takes one round, not two. A reservation (see [`RELEASE`])
+/// is consumed by the grant.
 /// Denied → `{now, 0, holder_value, pttl_ms, epoch}` so followers learn the holder, when it may
 /// expire, and the current term's token (remembered for their own next token).
+/// Reserved for another identity (a graceful release named it, less than a grace ago) → denied
+/// like a free key, with the reservation's remaining lifetime: `{now, 0, '', pttl_ms, epoch}`.
 /// `probe` never takes the key (an attempt that cannot win: fewer than a quorum of nodes count
 /// yet); it answers like a denial, with an empty holder when the key is free.
 pub const ACQUIRE: &str = concat!(
     now_us!(),
     r#"local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local reserved = redis.call('GET', KEYS[3])
+if reserved and reserved ~= ARGV[5] then
+  return {now, 0, '', redis.call('PTTL', KEYS[3]), e}
+end
 if ARGV[4] ~= 'probe' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if reserved then
+    redis.call('DEL', KEYS[3])
+  end
   if tonumber(ARGV[3]) > e then
     redis.call('SET', KEYS[2], ARGV[3])
   end
@@ -80,14 +90,21 @@ return {now, r}
 "#
 );
 
-/// Token-checked release. KEYS: lock. ARGV: value, channel ('' = do not publish), notice
-/// payload (the value and the named successor, [`super::candidates::notice_payload`]).
-/// Deletes only our own value (`{now, 1}`, else `{now, 0}`); publishes the release notice so
-/// followers retry at once (the named successor first).
+/// Token-checked release. KEYS: lock, reservation. ARGV: value, channel ('' = do not publish),
+/// notice payload (the value and the named successor, [`super::candidates::notice_payload`]),
+/// successor identity ('' = none), grace ms.
+/// Deletes only our own value (`{now, 1}`, else `{now, 0}`). With a successor, the key is
+/// reserved for it for the grace in the same atomic step: an attempt by anyone else that reaches
+/// this node after the release and before the successor's is denied, so the successor wins even
+/// against a follower whose scheduled retry happened to fire at that moment. Publishes the
+/// release notice so followers retry at once (the named successor first).
 pub const RELEASE: &str = concat!(
     now_us!(),
     r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  if ARGV[4] ~= '' then
+    redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
+  end
   if ARGV[2] ~= '' then
     redis.call('PUBLISH', ARGV[2], ARGV[3])
   end

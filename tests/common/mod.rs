@@ -2,6 +2,8 @@
 //! Everything started here is killed on drop, so a failing test leaves nothing behind.
 #![allow(dead_code)]
 
+pub mod rollout;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
