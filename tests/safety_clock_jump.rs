@@ -54,21 +54,8 @@ fn settled_leader(sidecars: &[&Sidecar]) -> usize {
         .unwrap_or_else(|| panic!("no single leader among {} sidecars", sidecars.len()))
 }
 
-/// Block until the lease's ttl on `node` was just reset (a renewal landed there).
 fn just_after_renewal(node: &Redis) {
-    let pttl = || {
-        node.cli(&["PTTL", KEY])
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(-2)
-    };
-    let mut last = pttl();
-    let found = wait_for(TTL * 3, Duration::from_micros(500), || {
-        let now = pttl();
-        let renewed = now > last + 100;
-        last = now;
-        renewed.then_some(())
-    });
-    assert!(found.is_some(), "no renewal seen on node {}", node.port);
+    common::just_after_renewal(node, KEY, TTL * 3);
 }
 
 fn outcome(checker: Checker, sidecars: &[&Sidecar]) -> (Report, String) {

@@ -401,17 +401,17 @@ impl Redlock {
                 }
             }
         }
-        // Failed. Clean up everywhere, including nodes whose reply never came, and meanwhile
-        // collect the stragglers' replies (each bounded by the timeout): the decision was made
-        // early, but telling "someone else holds a quorum" from "no quorum anywhere" needs them.
-        let drain = async {
-            let mut votes = Vec::new();
-            while let Some((_, _, vote)) = pending.next().await {
-                votes.push(vote);
-            }
-            votes
-        };
-        let (_, stragglers) = tokio::join!(self.release(&value, false), drain);
+        // Failed. Collect the stragglers' replies first (each bounded by the timeout): the
+        // decision was made early, but telling "someone else holds a quorum" from "no quorum
+        // anywhere" needs them. Only then clean up everywhere: a straggler's command may not
+        // even have been sent yet (a future is sent when first polled, and the decision can
+        // come before every future was), and a release that overtook its acquire on the
+        // connection would leave this attempt's key on that node for a whole ttl.
+        let mut stragglers = Vec::new();
+        while let Some((_, _, vote)) = pending.next().await {
+            stragglers.push(vote);
+        }
+        self.release(&value, false).await;
         for vote in stragglers {
             replies.record(vote);
         }

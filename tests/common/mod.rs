@@ -849,6 +849,28 @@ pub fn metric_sum(s: &Sidecar, prefix: &str) -> f64 {
 }
 
 /// Print a measured figure so it lands in the test output (`--nocapture`) and CI logs.
+/// Return just after the holder of `key` renewed it on `node` (its PTTL jumped up), polling
+/// every 0.5 ms for up to `within`. Lets a test act between two renewals rather than racing one.
+pub fn just_after_renewal(node: &Redis, key: &str, within: Duration) {
+    let pttl = || {
+        node.cli(&["PTTL", key])
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(-2)
+    };
+    let mut last = pttl();
+    let found = wait_for(within, Duration::from_micros(500), || {
+        let now = pttl();
+        let renewed = now > last + 100;
+        last = now;
+        renewed.then_some(())
+    });
+    assert!(
+        found.is_some(),
+        "no renewal of {key} seen on node {}",
+        node.port
+    );
+}
+
 pub fn report(what: &str, value: impl std::fmt::Display) {
     eprintln!("[figure] {what}: {value}");
 }
