@@ -532,19 +532,33 @@ impl ScriptedCommands {
             self.proposed.to_string(),
         );
         let (key, epoch_key) = (self.key.as_str(), self.epoch_key.as_str());
+        let next_key = format!("{key}:next");
         (
             resp_encode(&[
                 "EVALSHA",
                 &acquire.sha,
-                "2",
+                "3",
                 key,
                 epoch_key,
+                &next_key,
                 &value,
                 "1000",
                 &proposed,
                 "take",
+                "bench",
             ]),
-            resp_encode(&["EVALSHA", &release.sha, "1", key, &value, ""]),
+            resp_encode(&[
+                "EVALSHA",
+                &release.sha,
+                "2",
+                key,
+                &next_key,
+                &value,
+                "",
+                "",
+                "",
+                "0",
+            ]),
         )
     }
 }
