@@ -532,19 +532,33 @@ impl ScriptedCommands {
             self.proposed.to_string(),
         );
         let (key, epoch_key) = (self.key.as_str(), self.epoch_key.as_str());
+        let next_key = format!("{key}:next");
         (
             resp_encode(&[
                 "EVALSHA",
                 &acquire.sha,
-                "2",
+                "3",
                 key,
                 epoch_key,
+                &next_key,
                 &value,
                 "1000",
                 &proposed,
                 "take",
+                "bench",
             ]),
-            resp_encode(&["EVALSHA", &release.sha, "1", key, &value, ""]),
+            resp_encode(&[
+                "EVALSHA",
+                &release.sha,
+                "2",
+                key,
+                &next_key,
+                &value,
+                "",
+                "",
+                "",
+                "0",
+            ]),
         )
     }
 }
@@ -769,6 +783,7 @@ impl Direct {
         }
         let new = scripts::scripts();
         let epoch_key = format!("{key}:epoch");
+        let next_key = format!("{key}:next");
         let mut samples: [Vec<f64>; 4] = Default::default();
         for i in 0..iters {
             for with_time in [false, true] {
@@ -778,15 +793,27 @@ impl Direct {
                     (&old[0], &old[1], &old[2])
                 };
                 let value = format!("bench#{i}");
-                let mut take = vec![
-                    "EVALSHA", acquire, "2", key, &epoch_key, &value, "1000", "0",
-                ];
-                if with_time {
-                    take.push("take");
-                }
+                // Today's scripts also take the reservation key (named successors) and the
+                // identity / successor arguments; the reservation is never set here.
+                let take = if with_time {
+                    vec![
+                        "EVALSHA", acquire, "3", key, &epoch_key, &next_key, &value, "1000", "0",
+                        "take", "bench",
+                    ]
+                } else {
+                    vec![
+                        "EVALSHA", acquire, "2", key, &epoch_key, &value, "1000", "0",
+                    ]
+                };
                 let keep =
                     resp_encode(&["EVALSHA", renew, "2", key, &epoch_key, &value, "1000", "0"]);
-                let give = resp_encode(&["EVALSHA", release, "1", key, &value, ""]);
+                let give = if with_time {
+                    resp_encode(&[
+                        "EVALSHA", release, "2", key, &next_key, &value, "", "", "", "0",
+                    ])
+                } else {
+                    resp_encode(&["EVALSHA", release, "1", key, &value, ""])
+                };
                 // The grant: `*3 :time :1 :epoch` now, `*2 :1 :epoch` before; renew and release:
                 // `*2 :time :1` now, `:1` before.
                 let (acq_line, other_line) = if with_time { (2, 2) } else { (1, 0) };
@@ -1289,9 +1316,65 @@ impl Trio {
     }
 }
 
+/// Rolling replacements (3 sidecars of priority 1 by 3 of priority 2, surge 1, the leader
+/// terminated at each position of the order in turn), the driver `tests/rollout.rs` uses: the
+/// leadership changes per rollout and the longest leaderless gap, for each preference.
+fn bench_rollout(o: &Opts, rep: &mut Report, nodes: &[Redis]) {
+    let runs = o.n(6, 1);
+    for prefer in ["newest", "oldest", "none"] {
+        eprintln!("== rollout, prefer {prefer}: {runs} rollouts of 3 sidecars, surge 1");
+        let mut changes = Vec::new();
+        let mut gaps = Vec::new();
+        for run in 0..runs {
+            let lease = format!("bench-rollout-{prefer}-{run}");
+            let (n, gap, _, _) = common::rollout::rollout(nodes, &lease, prefer, run % 3);
+            changes.push(n as f64);
+            gaps.push(gap.as_secs_f64() * 1e3);
+        }
+        let counts: Vec<String> = changes.iter().map(|c| format!("{c}")).collect();
+        let mean = changes.iter().sum::<f64>() / changes.len() as f64;
+        rep.info(
+            "rollout",
+            format!("prefer {prefer}: leadership changes per rollout (mean)"),
+            mean,
+            "changes",
+            format!("per rollout: {}", counts.join(", ")),
+        );
+        rep.info(
+            "rollout",
+            format!("prefer {prefer}: longest leaderless gap"),
+            gaps.iter().copied().fold(0.0, f64::max),
+            "ms",
+            format!("over {runs} rollouts"),
+        );
+    }
+}
+
 fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
-    eprintln!("== graceful handover: 3 sidecars, 3 nodes, ttl 1s, retryEvery 1s");
-    let lease = "bench-handover";
+    bench_handover_with(rt, o, rep, nodes, true);
+    bench_handover_with(rt, o, rep, nodes, false);
+}
+
+/// Graceful handovers with the release naming a successor (the default), or without
+/// (`--no-named-successor`: followers race, as before candidate records).
+fn bench_handover_with(
+    rt: &tokio::runtime::Runtime,
+    o: &Opts,
+    rep: &mut Report,
+    nodes: &[&Redis],
+    named: bool,
+) {
+    let how = if named {
+        "named successor"
+    } else {
+        "no named successor"
+    };
+    eprintln!("== graceful handover ({how}): 3 sidecars, 3 nodes, ttl 1s, retryEvery 1s");
+    let lease = if named {
+        "bench-handover"
+    } else {
+        "bench-handover-race"
+    };
     let (ntx, nrx) = mpsc::channel();
     for n in nodes {
         subscribe_notices(
@@ -1300,7 +1383,11 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
             ntx.clone(),
         );
     }
-    let mut trio = Trio::start(rt, lease, nodes, &["--ttl", "1s", "--retry-every", "1s"]);
+    let mut args = vec!["--ttl", "1s", "--retry-every", "1s"];
+    if !named {
+        args.push("--no-named-successor");
+    }
+    let mut trio = Trio::start(rt, lease, nodes, &args);
     let mut latest = HashMap::new();
     let per_kind = o.n(30, 3);
     // (kind, release -> new leader, request/signal -> new leader), printed in this order.
@@ -1344,6 +1431,23 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
         .iter()
         .flat_map(|(_, a, _)| a.iter().copied())
         .collect();
+    if !named {
+        rep.info(
+            s,
+            format!("{how}: release -> new leader p50"),
+            pct(&all, 0.5),
+            "ms",
+            format!("{} handovers (SIGTERM and step-down)", all.len()),
+        );
+        rep.info(
+            s,
+            format!("{how}: release -> new leader p99"),
+            pct(&all, 0.99),
+            "ms",
+            "followers race after the release notice",
+        );
+        return;
+    }
     for (kind, rel, sig) in &by_kind {
         rep.info(
             s,
@@ -1367,7 +1471,7 @@ fn bench_handover(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, node
             "includes signal delivery / HTTP, publishing not-leader, the release round",
         );
     }
-    rep.target(s, "all: release -> new leader p50", pct(&all, 0.5), "ms", 10.0, false, format!("{} handovers; release = first release notice on any node, new leader = first is_leader:true SSE event", all.len()));
+    rep.target(s, "all: release -> new leader p50", pct(&all, 0.5), "ms", 10.0, false, format!("{} handovers, the release naming a successor; release = first release notice on any node, new leader = first is_leader:true SSE event", all.len()));
     rep.target(
         s,
         "all: release -> new leader p99",
@@ -1972,6 +2076,9 @@ fn main() {
     }
     if o.wants("failover") {
         bench_failover(&rt, &o, &mut rep, &three);
+    }
+    if o.wants("rollout") {
+        bench_rollout(&o, &mut rep, &shared[..3]);
     }
     if o.wants("load") {
         bench_load(&o, &mut rep, &three, &rt);

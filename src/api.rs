@@ -6,6 +6,8 @@
 //! - `GET /leader/watch` — Server-Sent Events: the current state at connect, then one event per
 //!   change.
 //! - `POST /leader/step-down` — release and sit out a cool-down: 200 if it was leader, else 409.
+//! - `GET /` — `{"name": "<leader or empty>", "last_update": "<RFC 3339>"}`: the answer of the
+//!   kubernetes contrib `leader-elector` and of nais/elector, so their users switch images only.
 //!
 //! Every answer is evaluated against the deadline at the moment of answering.
 
@@ -21,7 +23,7 @@ use tokio::time::{Instant, sleep_until};
 use warp::http::StatusCode;
 use warp::{Filter, Rejection, Reply};
 
-use crate::elector::{StepDown, StepDownRequest};
+use crate::elector::{CandidacyView, StepDown, StepDownRequest};
 use crate::leadership::{Leadership, View};
 
 /// Which Redis nodes' votes count for this sidecar at a given instant (endpoint, counts).
@@ -41,6 +43,8 @@ pub struct Shared {
     pub leadership: watch::Receiver<Leadership>,
     /// The nodes' eligibility, for the `eligible` and `nodes` fields.
     pub eligibility: Eligibility,
+    /// The leader's rank and whether a preferred handover is pending.
+    pub candidacy: watch::Receiver<CandidacyView>,
 }
 
 impl Shared {
@@ -59,6 +63,13 @@ impl Shared {
         view.nodes = (self.eligibility)(now).into_iter().collect();
         let counting = view.nodes.values().filter(|&&c| c).count();
         view.eligible = counting >= crate::redlock::math::quorum(view.nodes.len());
+        let c = self.candidacy.borrow();
+        view.candidate_ready = c.candidate_ready;
+        // The rank shown is the current leader's: none while nobody is known to lead.
+        if view.leader.is_some() {
+            view.leader_rank = c.leader_rank.clone();
+            view.handover_pending = c.handover_pending;
+        }
         view
     }
 }
@@ -150,6 +161,16 @@ async fn get_leader(
     }
 }
 
+/// `GET /`: the leader-elector / nais elector answer.
+pub fn compat(shared: &Shared) -> serde_json::Value {
+    let now = Instant::now();
+    let s = shared.leadership.borrow().at(now);
+    json!({
+        "name": s.leader.unwrap_or_default(),
+        "last_update": humantime::format_rfc3339_seconds(s.changed_at).to_string(),
+    })
+}
+
 async fn post_step_down(
     shared: Shared,
     tx: mpsc::Sender<StepDownRequest>,
@@ -217,6 +238,10 @@ pub fn routes(
             )
             .into_response()
         });
+    let root = warp::path::end()
+        .and(warp::get())
+        .and(with_shared.clone())
+        .map(|shared: Shared| warp::reply::json(&compat(&shared)).into_response());
     let step = warp::path!("leader" / "step-down")
         .and(warp::post())
         .and(with_shared)
@@ -224,6 +249,8 @@ pub fn routes(
         .and_then(post_step_down);
     leader
         .or(watch)
+        .unify()
+        .or(root)
         .unify()
         .or(step)
         .unify()

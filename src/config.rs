@@ -58,6 +58,21 @@ pub const SETTINGS: &[Setting] = &[
         help: "Clock drift allowance, in [0, 0.1) [default: 0.01]",
     },
     Setting {
+        key: "lease.prefer",
+        flag: "prefer",
+        help: "Which candidate leads during rollouts: newest|oldest|none [default: newest with Kubernetes, else none]",
+    },
+    Setting {
+        key: "lease.priority",
+        flag: "priority",
+        help: "This replica's rank, compared before the pod's revision: a higher one is preferred [default: 0]",
+    },
+    Setting {
+        key: "lease.preferSettle",
+        flag: "prefer-settle",
+        help: "How long a preferred candidate must have been ready before the leader hands over to it [default: 5s]",
+    },
+    Setting {
         key: "lease.keyPrefix",
         flag: "key-prefix",
         help: "Prefix of the Redis keys [default: redlock-elector:]",
@@ -248,6 +263,36 @@ pub struct LeaseConfig {
     pub drift_factor: f64,
     /// Prefix of every key and channel.
     pub key_prefix: String,
+    /// Which ready candidate leadership should move to.
+    pub prefer: Prefer,
+    /// Explicit rank of this replica; compared before the pod's revision.
+    pub priority: i64,
+    /// How long a preferred candidate must have been ready before a preferred handover.
+    pub prefer_settle: Duration,
+}
+
+/// `lease.prefer`: which candidate a graceful handover names, and whether a leader hands over
+/// to a better ready candidate by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefer {
+    /// The highest priority, then the newest revision; a leader hands over to a better one.
+    Newest,
+    /// The highest priority, then the oldest revision (KEP-4355's spirit); a leader hands over
+    /// to a better one.
+    Oldest,
+    /// No order: a graceful release names any ready candidate; no preferred handover.
+    None,
+}
+
+impl Prefer {
+    /// The value as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Prefer::Newest => "newest",
+            Prefer::Oldest => "oldest",
+            Prefer::None => "none",
+        }
+    }
 }
 
 /// Redis settings.
@@ -441,6 +486,9 @@ struct FileLease {
     retry_every: Option<Scalar>,
     drift_factor: Option<Scalar>,
     key_prefix: Option<Scalar>,
+    prefer: Option<Scalar>,
+    priority: Option<Scalar>,
+    prefer_settle: Option<Scalar>,
 }
 
 #[derive(Deserialize, Default)]
@@ -556,6 +604,9 @@ pub fn parse_file(path: &Path, text: &str) -> Result<Raw, ConfigError> {
     raw.put("lease.retryEvery", lease.retry_every);
     raw.put("lease.driftFactor", lease.drift_factor);
     raw.put("lease.keyPrefix", lease.key_prefix);
+    raw.put("lease.prefer", lease.prefer);
+    raw.put("lease.priority", lease.priority);
+    raw.put("lease.preferSettle", lease.prefer_settle);
     let redis = file.redis.unwrap_or_default();
     raw.endpoints = redis.endpoints;
     raw.put("redis.timeout", redis.timeout);
@@ -650,6 +701,10 @@ pub struct UnsafeSwitches {
     /// `--unsafe-disable-clock-check`: no clock-jump detection, and nodes count without having
     /// been watched for ttl + margin.
     pub clock_check_off: bool,
+    /// `--no-named-successor`: releases name no successor, so followers race for the lease as
+    /// before candidate records existed. Not a safety mechanism (the quorum rule is unchanged);
+    /// here so the benchmark can compare handovers with and without a named successor.
+    pub no_named_successor: bool,
 }
 
 impl UnsafeSwitches {
@@ -658,6 +713,9 @@ impl UnsafeSwitches {
         let mut w = Vec::new();
         if self.quarantine_off {
             w.push("--unsafe-disable-quarantine: restarted nodes count at once; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.no_named_successor {
+            w.push("--no-named-successor: releases name no successor; followers race (benchmark comparison only)");
         }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");
@@ -683,6 +741,13 @@ pub fn cli() -> clap::Command {
         .arg(
             Arg::new("unsafe-disable-quarantine")
                 .long("unsafe-disable-quarantine")
+                .action(ArgAction::SetTrue)
+                .hide(true)
+                .global(true),
+        )
+        .arg(
+            Arg::new("no-named-successor")
+                .long("no-named-successor")
                 .action(ArgAction::SetTrue)
                 .hide(true)
                 .global(true),
@@ -726,6 +791,7 @@ fn value_name(key: &str) -> &'static str {
         "lease.ttl"
         | "lease.renewEvery"
         | "lease.retryEvery"
+        | "lease.preferSettle"
         | "redis.timeout"
         | "redis.connectTimeout" => "DURATION",
         "api.listen" | "ops.listen" => "ADDR",
@@ -758,6 +824,7 @@ where
     let switches = UnsafeSwitches {
         quarantine_off: m.get_flag("unsafe-disable-quarantine"),
         clock_check_off: m.get_flag("unsafe-disable-clock-check"),
+        no_named_successor: m.get_flag("no-named-successor"),
     };
     let mut raw = match file {
         Some(path) => {
@@ -1223,6 +1290,46 @@ pub fn validate(
         ));
     }
 
+    let prefer = match raw
+        .get("lease.prefer")
+        .map(|s| s.trim().to_ascii_lowercase())
+    {
+        None => {
+            if kubernetes.is_enabled() {
+                Prefer::Newest
+            } else {
+                Prefer::None
+            }
+        }
+        Some(p) => match p.as_str() {
+            "newest" => Prefer::Newest,
+            "oldest" => Prefer::Oldest,
+            "none" => Prefer::None,
+            other => {
+                return Err(err(
+                    "lease.prefer",
+                    format!("{other:?} is not one of newest, oldest, none"),
+                ));
+            }
+        },
+    };
+    let priority = match raw.get("lease.priority") {
+        None => 0,
+        Some(s) => s.trim().parse::<i64>().map_err(|_| {
+            err(
+                "lease.priority",
+                format!("{s:?} is not an integer (e.g. 1, 2, -1)"),
+            )
+        })?,
+    };
+    let prefer_settle = dur("lease.preferSettle", Duration::from_secs(5))?;
+    if prefer_settle > Duration::from_secs(3600) {
+        return Err(err(
+            "lease.preferSettle",
+            format!("{} is above the maximum of 1h", fmt_dur(prefer_settle)),
+        ));
+    }
+
     let format = match raw.get("log.format").unwrap_or("json").trim() {
         "json" => LogFormat::Json,
         "text" => LogFormat::Text,
@@ -1279,6 +1386,9 @@ pub fn validate(
             retry_every,
             drift_factor,
             key_prefix,
+            prefer,
+            priority,
+            prefer_settle,
         },
         redis: RedisConfig {
             endpoints,
@@ -1352,6 +1462,9 @@ pub fn effective_yaml(c: &Config) -> String {
         retry_every: String,
         drift_factor: f64,
         key_prefix: &'a str,
+        prefer: &'a str,
+        priority: i64,
+        prefer_settle: String,
     }
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -1407,6 +1520,9 @@ pub fn effective_yaml(c: &Config) -> String {
             retry_every: fmt_dur(c.lease.retry_every),
             drift_factor: c.lease.drift_factor,
             key_prefix: &c.lease.key_prefix,
+            prefer: c.lease.prefer.as_str(),
+            priority: c.lease.priority,
+            prefer_settle: fmt_dur(c.lease.prefer_settle),
         },
         redis: OutRedis {
             endpoints: c
@@ -1553,6 +1669,55 @@ mod tests {
         assert_eq!(c.ops_listen.to_string(), "0.0.0.0:4041");
         assert!(!c.kubernetes.is_enabled());
         assert!(c.warnings.is_empty());
+        assert_eq!(c.lease.prefer, Prefer::None);
+        assert_eq!(c.lease.priority, 0);
+        assert_eq!(c.lease.prefer_settle, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn preference_settings() {
+        // Newest by default once Kubernetes publishing is on.
+        let mut e = env();
+        e.vars
+            .insert("KUBERNETES_SERVICE_HOST".into(), "10.0.0.1".into());
+        assert_eq!(load(OK, &e).unwrap().lease.prefer, Prefer::Newest);
+        let c = load(
+            "lease: {name: a, prefer: Oldest, priority: -3, preferSettle: 2s}\nredis: {endpoints: [redis://a]}",
+            &env(),
+        )
+        .unwrap();
+        assert_eq!(c.lease.prefer, Prefer::Oldest);
+        assert_eq!(c.lease.priority, -3);
+        assert_eq!(c.lease.prefer_settle, Duration::from_secs(2));
+        let mut e = env();
+        e.vars
+            .insert("REDLOCK_ELECTOR_LEASE_PRIORITY".into(), "7".into());
+        e.vars
+            .insert("REDLOCK_ELECTOR_LEASE_PREFER".into(), "newest".into());
+        let c = load(OK, &e).unwrap();
+        assert_eq!((c.lease.prefer, c.lease.priority), (Prefer::Newest, 7));
+        let yaml = effective_yaml(&c);
+        assert!(yaml.contains("prefer: newest"), "{yaml}");
+        assert!(yaml.contains("priority: 7"), "{yaml}");
+        assert!(yaml.contains("preferSettle: 5s"), "{yaml}");
+        let cmd = parse_args(
+            [
+                "re",
+                "--lease",
+                "a",
+                "--redis",
+                "redis://a",
+                "--priority",
+                "2",
+                "--prefer",
+                "none",
+            ],
+            &env(),
+        )
+        .unwrap();
+        let Command::Run(raw, _) = cmd else { panic!() };
+        let c = validate(&raw, &env(), UnsafeSwitches::default()).unwrap();
+        assert_eq!((c.lease.prefer, c.lease.priority), (Prefer::None, 2));
     }
 
     #[test]
@@ -1740,6 +1905,18 @@ mod tests {
             (
                 "lease: {name: a}\nredis: {endpoints: [redis://a]}\nlog: {format: xml}",
                 "log.format",
+            ),
+            (
+                "lease: {name: a, prefer: latest}\nredis: {endpoints: [redis://a]}",
+                "lease.prefer",
+            ),
+            (
+                "lease: {name: a, priority: high}\nredis: {endpoints: [redis://a]}",
+                "lease.priority",
+            ),
+            (
+                "lease: {name: a, preferSettle: 5}\nredis: {endpoints: [redis://a]}",
+                "lease.preferSettle",
             ),
             (
                 "lease: {name: a}\nredis: {endpoints: [redis://a]}\nkubernetes: {enabled: maybe}",

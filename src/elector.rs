@@ -5,18 +5,39 @@
 //! or until a release notice arrives) and attempt again. Leader: renew every `renewEvery`; step
 //! down exactly at the deadline if no renewal reached a quorum, on `POST /leader/step-down`, on
 //! a stall, or on shutdown, then release with a notice so a follower takes over at once.
+//!
+//! Candidates: each attempt also refreshes this sidecar's candidate record (rank, readiness) on
+//! the nodes, and each renewal the leader's. A graceful release names the best ready candidate
+//! by `lease.prefer` in its notice: that one attempts at once, the others after [`GRACE`]. With
+//! `newest` / `oldest`, a leader that sees a better candidate ready for `lease.preferSettle`
+//! hands over to it (reason `preferred`). Preference only orders contenders; the winner still
+//! needs the Redlock quorum.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::Rng;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 
+use crate::config::Prefer;
 use crate::leadership::{Leadership, Term};
 use crate::metrics::Metrics;
-use crate::redlock::{Acquire, Lease, Redlock};
+use crate::redlock::candidates::{self, Candidate, Handover, Rank};
+use crate::redlock::{Acquire, Lease, Notices, Redlock, Successor};
+
+/// How long followers not named by a release notice wait before contending, measured against
+/// the named successor's acquisition (README "Rollouts"): on loopback the named one holds the
+/// lease 1–3 ms after the notice; a round trip to distant nodes plus a slow node's reply stays
+/// within one `redis.timeout`. So the grace is `redis.timeout` + this margin, and a named
+/// successor that is gone delays the handover by at most that much.
+pub const GRACE_MARGIN: Duration = Duration::from_millis(25);
+
+/// The grace for a given per-node timeout: `redis.timeout + GRACE_MARGIN`.
+pub fn grace(redis_timeout: Duration) -> Duration {
+    redis_timeout + GRACE_MARGIN
+}
 
 /// Why this sidecar stopped leading (for logs and Kubernetes Events).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +50,8 @@ pub enum StepDownReason {
     Stalled,
     /// SIGTERM / SIGINT.
     Shutdown,
+    /// A better candidate (by `lease.prefer`) had been ready for the settle time.
+    Preferred,
 }
 
 impl StepDownReason {
@@ -39,8 +62,84 @@ impl StepDownReason {
             StepDownReason::RenewalFailed => "renewal-failed",
             StepDownReason::Stalled => "stalled",
             StepDownReason::Shutdown => "shutdown",
+            StepDownReason::Preferred => "preferred",
         }
     }
+
+    /// The `reason` label of `redlock_elector_handovers_total` for a graceful handover (the
+    /// release names a successor); `None` for a lost lease.
+    pub fn handover_label(self) -> Option<&'static str> {
+        match self {
+            StepDownReason::Shutdown => Some("shutdown"),
+            StepDownReason::Requested => Some("step_down"),
+            StepDownReason::Preferred => Some("preferred"),
+            StepDownReason::RenewalFailed | StepDownReason::Stalled => None,
+        }
+    }
+}
+
+/// This sidecar's standing as a candidate, from outside the election: the `kube` pod poller in
+/// Kubernetes, fixed elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// The pod's revision label (empty outside Kubernetes).
+    pub revision: String,
+    /// The pod's creation time, Unix seconds (0 outside Kubernetes).
+    pub created: i64,
+    /// Whether the pod is Ready (always outside Kubernetes).
+    pub ready: bool,
+    /// Whether revision and creation time are known yet (never ready before).
+    pub known: bool,
+}
+
+impl Standing {
+    /// Outside Kubernetes: nothing to wait for.
+    pub fn fixed() -> Standing {
+        Standing {
+            revision: String::new(),
+            created: 0,
+            ready: true,
+            known: true,
+        }
+    }
+
+    /// In Kubernetes, before the pod was read.
+    pub fn unknown() -> Standing {
+        Standing {
+            revision: String::new(),
+            created: 0,
+            ready: false,
+            known: false,
+        }
+    }
+}
+
+/// The preference settings of the state machine.
+#[derive(Clone, Debug)]
+pub struct Preference {
+    /// `lease.prefer`.
+    pub prefer: Prefer,
+    /// `lease.priority`.
+    pub priority: i64,
+    /// `lease.preferSettle`.
+    pub settle: Duration,
+    /// How long followers not named wait after a notice ([`grace`]).
+    pub grace: Duration,
+    /// Whether a graceful release names a successor (off only for the benchmark's comparison).
+    pub name_successor: bool,
+}
+
+/// What `/leader` shows about candidates.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CandidacyView {
+    /// This sidecar's rank, once known.
+    pub rank: Option<Rank>,
+    /// The current leader's rank as its record shows it (own rank while leading).
+    pub leader_rank: Option<Rank>,
+    /// Whether the leader sees a better candidate that is ready and settling.
+    pub handover_pending: bool,
+    /// Whether this sidecar's own record, as last written, says ready.
+    pub candidate_ready: bool,
 }
 
 /// Answer to a step-down request.
@@ -146,7 +245,15 @@ pub struct Elector {
     /// Step-down requests from the API.
     requests: mpsc::Receiver<StepDownRequest>,
     /// Release notices from the subscriptions.
-    notice: Arc<Notify>,
+    notices: Arc<Notices>,
+    /// `lease.prefer`, priority, settle time, grace.
+    preference: Preference,
+    /// Rank and readiness from outside (kube pod poller, or fixed).
+    standing: watch::Receiver<Standing>,
+    /// What `/leader` shows about candidates.
+    candidacy: watch::Sender<CandidacyView>,
+    /// The candidates as last read (by a follower's attempt or a leader's renewal).
+    last_candidates: Vec<Candidate>,
     /// Loop liveness and stall flag.
     health: Arc<LoopHealth>,
     /// Counters.
@@ -165,8 +272,10 @@ pub struct Handles {
     pub step_down: mpsc::Sender<StepDownRequest>,
     /// Loop health for `/healthz`.
     pub health: Arc<LoopHealth>,
-    /// Notify on release notices (given to the subscription tasks).
-    pub notice: Arc<Notify>,
+    /// Release notices (given to the subscription tasks).
+    pub notices: Arc<Notices>,
+    /// What `/leader` shows about candidates.
+    pub candidacy: watch::Receiver<CandidacyView>,
 }
 
 impl Elector {
@@ -175,20 +284,27 @@ impl Elector {
         redlock: Arc<Redlock>,
         identity: String,
         timing: Timing,
+        preference: Preference,
+        standing: watch::Receiver<Standing>,
         metrics: Metrics,
     ) -> (Self, Handles) {
         let (tx, rx) = watch::channel(Leadership::default());
         let (reason_tx, reason_rx) = watch::channel(None);
         let (req_tx, req_rx) = mpsc::channel(16);
+        let (candidacy_tx, candidacy_rx) = watch::channel(CandidacyView::default());
         let health = Arc::new(LoopHealth::default());
-        let notice = Arc::new(Notify::new());
+        let notices = Arc::new(Notices::new(redlock.quorum()));
         let elector = Elector {
             redlock,
             identity,
             timing,
             tx,
             requests: req_rx,
-            notice: notice.clone(),
+            notices: notices.clone(),
+            preference,
+            standing,
+            candidacy: candidacy_tx,
+            last_candidates: Vec::new(),
             health: health.clone(),
             metrics,
             reason_tx,
@@ -198,7 +314,8 @@ impl Elector {
             reason: reason_rx,
             step_down: req_tx,
             health,
-            notice,
+            notices,
+            candidacy: candidacy_rx,
         };
         (elector, handles)
     }
@@ -212,10 +329,16 @@ impl Elector {
         });
     }
 
-    /// Run until `stop` turns true; on the way out, release the lease if held.
+    /// Run until `stop` turns true; on the way out, release the lease if held, and withdraw the
+    /// own candidate record so that no leader names a sidecar that is gone.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         self.health.alive.store(true, Ordering::SeqCst);
         let _alive = AliveGuard(self.health.clone());
+        self.elect(&mut stop).await;
+        self.redlock.withdraw(&self.identity).await;
+    }
+
+    async fn elect(&mut self, stop: &mut watch::Receiver<bool>) {
         let mut next_attempt = Instant::now();
         let mut fast_streak = 0u32;
         let mut cooldown_until: Option<Instant> = None;
@@ -231,7 +354,7 @@ impl Elector {
                     let _ = req.send(StepDown::NotLeader);
                     continue;
                 }
-                _ = self.notice.notified() => true,
+                _ = self.notices.notified() => true,
                 _ = sleep_until(next_attempt) => false,
             };
             if *stop.borrow() {
@@ -253,11 +376,46 @@ impl Elector {
                     self.publish(None, None);
                 }
                 free_since = Some(Instant::now());
-                let j = rand::rng().random_range(0..2_000u64);
-                tokio::time::sleep(Duration::from_micros(j)).await;
+                match self.notices.successor() {
+                    // Named: attempt as soon as the key is gone on a quorum (a quorum of nodes
+                    // has sent the notice; the first copy may come from a node the release
+                    // reached first, and an attempt then would find the key still held
+                    // elsewhere). If copies are missing (a node down), attempt after the grace.
+                    Some(named) if named == self.identity => {
+                        let until = Instant::now() + self.preference.grace;
+                        while self.notices.copies() < self.notices.quorum() {
+                            tokio::select! {
+                                _ = self.notices.quorum_reached() => {}
+                                _ = sleep_until(until) => break,
+                                _ = stop.changed() => return,
+                            }
+                        }
+                        tracing::info!(
+                            copies = self.notices.copies(),
+                            "named successor by the release notice; attempting"
+                        );
+                    }
+                    // Someone else is named: let it win first; if it is gone, this costs the
+                    // grace at most.
+                    Some(_) => {
+                        tokio::select! {
+                            _ = tokio::time::sleep(self.preference.grace) => {}
+                            _ = stop.changed() => return,
+                        }
+                    }
+                    None => {
+                        let j = rand::rng().random_range(0..2_000u64);
+                        tokio::time::sleep(Duration::from_micros(j)).await;
+                    }
+                }
             }
             let attempted_at = Instant::now();
-            let outcome = self.redlock.acquire(&self.identity).await;
+            let redlock = self.redlock.clone();
+            let (outcome, read) = tokio::join!(
+                redlock.acquire(&self.identity),
+                self.read_candidates(false, false)
+            );
+            self.apply_candidates(read, false, false);
             let retry = self.jittered_retry();
             match outcome {
                 Acquire::Acquired(lease) => {
@@ -268,7 +426,7 @@ impl Elector {
                             .saturating_duration_since(since)
                             .as_secs_f64(),
                     );
-                    let reason = self.lead(lease, &mut stop).await;
+                    let reason = self.lead(lease, stop).await;
                     self.reason_tx.send_replace(Some(reason));
                     if reason == StepDownReason::Shutdown {
                         return;
@@ -287,6 +445,13 @@ impl Elector {
                         .free_in
                         .map(|d| d + Duration::from_micros(rand::rng().random_range(1_000..8_000)));
                     next_attempt = Instant::now() + at_expiry.map_or(retry, |d| d.min(retry));
+                    // A fresh sidecar becomes a ready candidate when a quorum counts its votes:
+                    // refresh its record then, not a retry later.
+                    let now = Instant::now();
+                    if let Some(at) = self.redlock.quorum_counts_at().filter(|at| *at > now) {
+                        let at = at + Duration::from_micros(rand::rng().random_range(0..2_000));
+                        next_attempt = next_attempt.min(at);
+                    }
                 }
                 Acquire::NoQuorum(obs) => {
                     free_since.get_or_insert(attempted_at);
@@ -322,6 +487,82 @@ impl Elector {
         }
     }
 
+    /// This sidecar's rank, once its pod has been read (always outside Kubernetes).
+    fn rank(&self) -> Option<Rank> {
+        let s = self.standing.borrow();
+        s.known.then(|| Rank {
+            priority: self.preference.priority,
+            revision: s.revision.clone(),
+            created: s.created,
+        })
+    }
+
+    /// Whether this sidecar is a ready candidate now: a quorum of nodes counts its votes (a
+    /// successor that cannot win is never named) and its pod is Ready.
+    fn ready(&self) -> bool {
+        let ready = {
+            let s = self.standing.borrow();
+            s.known && s.ready
+        };
+        ready && self.redlock.eligible(Instant::now())
+    }
+
+    /// Refresh the own candidate record (once the rank is known) and read everyone's. A leader's
+    /// record lives for three renewals, a follower's for three retries.
+    /// Returns the read (if a quorum answered) and whether the record written says ready.
+    async fn read_candidates(&self, leading: bool, pending: bool) -> Read {
+        let life = if leading {
+            self.timing.renew_every * 3
+        } else {
+            self.timing.retry_every * 3
+        };
+        match self.rank() {
+            Some(rank) => {
+                let ready = self.ready();
+                let fields = candidates::fields(&rank, ready, pending);
+                let read = self
+                    .redlock
+                    .candidates(Some((&self.identity, &fields)), life)
+                    .await;
+                // Written only if a quorum took it; either way, not ready is the safe answer.
+                let ready = ready && read.is_some();
+                (read, ready)
+            }
+            None => (self.redlock.candidates(None, life).await, false),
+        }
+    }
+
+    /// Keep a read (if a quorum answered) and update what `/leader` shows.
+    fn apply_candidates(&mut self, read: Read, leading: bool, pending: bool) {
+        let (read, ready) = read;
+        if let Some(c) = read {
+            self.last_candidates = c;
+        }
+        let rank = self.rank();
+        let view = if leading {
+            CandidacyView {
+                leader_rank: rank.clone(),
+                rank,
+                handover_pending: pending,
+                candidate_ready: ready,
+            }
+        } else {
+            let leader = self.tx.borrow().leader.clone();
+            let record = leader.and_then(|l| self.last_candidates.iter().find(|c| c.identity == l));
+            CandidacyView {
+                rank,
+                leader_rank: record.map(|c| c.rank.clone()),
+                handover_pending: record.is_some_and(|c| c.pending),
+                candidate_ready: ready,
+            }
+        };
+        self.candidacy.send_if_modified(|v| {
+            let changed = *v != view;
+            *v = view;
+            changed
+        });
+    }
+
     fn jittered_retry(&self) -> Duration {
         self.timing
             .retry_every
@@ -350,34 +591,65 @@ impl Elector {
         let mut next_renew = Instant::now() + self.timing.renew_every;
         let mut stalls = self.health.stall_seq.subscribe();
         stalls.borrow_and_update();
-        let reason = loop {
+        // A better candidate is ready and settling (shown in `/leader` and the own record).
+        let mut pending = false;
+        self.apply_candidates((None, true), true, false);
+        let (reason, named) = loop {
             let deadline = lease.deadline;
             tokio::select! {
                 biased;
-                _ = sleep_until(deadline) => break StepDownReason::RenewalFailed,
-                _ = stop.changed() => break StepDownReason::Shutdown,
-                _ = stalls.changed() => break StepDownReason::Stalled,
+                _ = sleep_until(deadline) => break (StepDownReason::RenewalFailed, None),
+                _ = stop.changed() => break (StepDownReason::Shutdown, None),
+                _ = stalls.changed() => break (StepDownReason::Stalled, None),
                 Some(req) = self.requests.recv() => {
-                    self.step_down(&lease, StepDownReason::Requested).await;
+                    self.step_down(&lease, StepDownReason::Requested, None).await;
                     let _ = req.send(StepDown::Released);
                     return StepDownReason::Requested;
                 }
                 _ = sleep_until(next_renew) => {
                     if Instant::now().saturating_duration_since(next_renew) > self.timing.stall_margin {
                         self.metrics.stalls.inc();
-                        break StepDownReason::Stalled;
+                        break (StepDownReason::Stalled, None);
                     }
                     let started = Instant::now();
-                    // Never let an in-flight renewal delay the step-down at the deadline.
-                    let renewed = tokio::select! {
-                        r = self.redlock.renew(&lease) => r,
-                        _ = sleep_until(deadline) => None,
+                    // Never let an in-flight renewal delay the step-down at the deadline. The
+                    // candidates are read beside it, each node bounded by the same timeout.
+                    let redlock = self.redlock.clone();
+                    let (renewed, read) = tokio::select! {
+                        r = async { tokio::join!(redlock.renew(&lease), self.read_candidates(true, pending)) } => r,
+                        _ = sleep_until(deadline) => (None, (None, false)),
                     };
                     match renewed {
                         Some(d) => {
                             lease.deadline = d.max(lease.deadline);
                             self.publish(Some(Term { token: lease.token, deadline: lease.deadline }), Some(self.identity.clone()));
                             next_renew = started + self.timing.renew_every;
+                            let fresh = read.0.is_some();
+                            let was_pending = pending;
+                            pending = false;
+                            if let (true, Some(mine)) = (fresh, self.rank()) {
+                                match candidates::handover(
+                                    read.0.as_deref().unwrap_or_default(),
+                                    &self.identity,
+                                    &mine,
+                                    self.preference.prefer,
+                                    self.preference.settle,
+                                ) {
+                                    Handover::To(to) => {
+                                        self.apply_candidates(read, true, false);
+                                        break (StepDownReason::Preferred, Some(to));
+                                    }
+                                    Handover::Pending(to) => {
+                                        if !was_pending {
+                                            tracing::info!(candidate = %to, settle_ms = self.preference.settle.as_millis() as u64,
+                                                "a preferred candidate is ready; handing over once it has been ready for the settle time");
+                                        }
+                                        pending = true;
+                                    }
+                                    Handover::None => {}
+                                }
+                            }
+                            self.apply_candidates(read, true, pending);
                         }
                         None => {
                             tracing::warn!(left_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u64, "renewal failed; retrying until the deadline");
@@ -387,22 +659,58 @@ impl Elector {
                 }
             }
         };
-        self.step_down(&lease, reason).await;
+        self.step_down(&lease, reason, named).await;
         reason
     }
 
-    /// Publish "not leader" first, then release everywhere with a notice.
-    async fn step_down(&self, lease: &Lease, reason: StepDownReason) {
+    /// Publish "not leader" first, then release everywhere with a notice. A graceful step-down
+    /// names a successor: `named`, else the best ready candidate by `lease.prefer` from a fresh
+    /// read (the last read if too few nodes answer).
+    async fn step_down(&mut self, lease: &Lease, reason: StepDownReason, named: Option<String>) {
         self.publish(None, None);
         self.reason_tx.send_replace(Some(reason));
+        let graceful = reason.handover_label();
+        let successor = match (graceful, named) {
+            (_, Some(n)) => Some(n),
+            (Some(_), None) if self.preference.name_successor => {
+                let life = self.timing.retry_every * 3;
+                if let Some(c) = self.redlock.candidates(None, life).await {
+                    self.last_candidates = c;
+                }
+                candidates::successor(
+                    &self.last_candidates,
+                    &self.identity,
+                    self.preference.prefer,
+                    |n| rand::rng().random_range(0..n),
+                )
+                .map(|c| c.identity.clone())
+            }
+            _ => None,
+        };
         tracing::info!(
             reason = reason.as_str(),
             token = lease.token,
+            successor = successor.as_deref().unwrap_or(""),
+            prefer = self.preference.prefer.as_str(),
             "lost leadership"
         );
-        self.redlock.release(&lease.value, true).await;
+        if let Some(label) = graceful {
+            self.metrics.handovers.with_label_values(&[label]).inc();
+        }
+        let successor = successor.as_deref().map(|identity| Successor {
+            identity,
+            grace: self.preference.grace,
+        });
+        self.redlock
+            .release_naming(&lease.value, true, successor)
+            .await;
+        self.apply_candidates((None, false), false, false);
     }
 }
+
+/// A read of the candidates (if a quorum answered) and whether the own record written says
+/// ready.
+type Read = (Option<Vec<Candidate>>, bool);
 
 struct AliveGuard(Arc<LoopHealth>);
 

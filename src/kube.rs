@@ -15,6 +15,10 @@
 //! - Events ("became leader", "lost leadership: <reason>") go through a small queue on their own
 //!   task, best effort, so they never hold up a label.
 //!
+//! - [`poll_pod`] reads the own pod for the elector's candidate record: its revision
+//!   (`pod-template-hash` / `controller-revision-hash`) and `creationTimestamp` once, and its
+//!   Ready condition every [`POD_POLL`] (a GET; no watch verb, no new RBAC).
+//!
 //! The client comes from `kube::Config::infer()`: `KUBECONFIG` / `~/.kube/config` for local runs,
 //! else the in-cluster service account. That is the one place outside `config` that reads env and
 //! files, because the kube client owns that logic.
@@ -33,7 +37,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
 use crate::config::Config;
-use crate::elector::StepDownReason;
+use crate::elector::{Standing, StepDownReason};
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 
@@ -58,6 +62,104 @@ const CONFLICT_RETRIES: usize = 3;
 /// How long an Event is retried before it is dropped (Events are informational, and one that
 /// is a minute late still tells what happened during an API-server outage).
 const EVENT_GIVE_UP: Duration = Duration::from_secs(60);
+
+/// How often [`poll_pod`] reads the own pod's Ready condition.
+pub const POD_POLL: Duration = Duration::from_secs(2);
+
+/// Revision labels, in order of preference: Deployments (ReplicaSets) set the first,
+/// StatefulSets and DaemonSets the second.
+const REVISION_LABELS: [&str; 2] = ["pod-template-hash", "controller-revision-hash"];
+
+/// The standing the own pod gives: revision, creation time, Ready condition.
+pub fn standing_of(pod: &Pod) -> Standing {
+    let labels = pod.metadata.labels.as_ref();
+    let revision = REVISION_LABELS
+        .iter()
+        .find_map(|k| labels.and_then(|l| l.get(*k)))
+        .cloned()
+        .unwrap_or_default();
+    let created = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second());
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    Standing {
+        revision,
+        created,
+        ready,
+        known: true,
+    }
+}
+
+/// Read the own pod every [`POD_POLL`] and publish its standing, until `stop` fires. Until the
+/// first read the standing stays unknown (never a ready candidate); after a failed read the
+/// last one stays, except that readiness is dropped after three failures in a row.
+pub async fn poll_pod(
+    settings: Settings,
+    metrics: Metrics,
+    tx: watch::Sender<Standing>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut failures = 0u32;
+    let mut api: Option<Api<Pod>> = None;
+    loop {
+        if api.is_none() {
+            match connect(&settings).await {
+                Ok(client) => {
+                    let ns = settings
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| client.default_namespace().to_string());
+                    api = Some(Api::namespaced(client, &ns));
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "pod poller: no API server configuration yet")
+                }
+            }
+        }
+        if let Some(api) = &api {
+            match call(&metrics, "get", api.get(&settings.pod)).await {
+                Ok(pod) => {
+                    failures = 0;
+                    let mut next = standing_of(&pod);
+                    // Rank is read once, at start: a label edit must not reorder a rollout.
+                    let first = !tx.borrow().known;
+                    if !first {
+                        let cur = tx.borrow();
+                        next.revision = cur.revision.clone();
+                        next.created = cur.created;
+                    }
+                    if first {
+                        tracing::info!(revision = %next.revision, created = next.created, ready = next.ready, "own pod read: candidate rank known");
+                    }
+                    tx.send_if_modified(|s| {
+                        let changed = *s != next;
+                        *s = next;
+                        changed
+                    });
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_multiple_of(10) {
+                        tracing::warn!(error = %e, failures, "cannot read the own pod's Ready condition (the election is not affected)");
+                    }
+                    if failures >= 3 {
+                        tx.send_if_modified(|s| std::mem::replace(&mut s.ready, false));
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(POD_POLL) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
 
 /// What the own pod's role label should say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -641,7 +743,9 @@ async fn send_events(
                 .unwrap_or(StepDownReason::RenewalFailed);
                 let kind = match why {
                     StepDownReason::RenewalFailed | StepDownReason::Stalled => "Warning",
-                    StepDownReason::Requested | StepDownReason::Shutdown => "Normal",
+                    StepDownReason::Requested
+                    | StepDownReason::Shutdown
+                    | StepDownReason::Preferred => "Normal",
                 };
                 (
                     "LostLeadership",
@@ -801,6 +905,36 @@ mod tests {
         assert_eq!(
             Role::at(&s, now + Duration::from_millis(50)),
             (Role::Follower, None)
+        );
+    }
+
+    #[test]
+    fn standing_reads_revision_creation_and_readiness() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "p",
+                "labels": {"controller-revision-hash": "sts-2", "pod-template-hash": "7c9f"},
+                "creationTimestamp": "2026-11-23T12:00:00Z",
+            },
+            "status": {"conditions": [
+                {"type": "ContainersReady", "status": "True"},
+                {"type": "Ready", "status": "False"},
+            ]},
+        }))
+        .unwrap();
+        let s = standing_of(&pod);
+        assert_eq!(s.revision, "7c9f");
+        assert_eq!(s.created, 1_795_435_200);
+        assert!(!s.ready && s.known);
+        let ready: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": {"controller-revision-hash": "sts-2"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        let s = standing_of(&ready);
+        assert_eq!(
+            (s.revision.as_str(), s.created, s.ready),
+            ("sts-2", 0, true)
         );
     }
 

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::redlock::candidates::Rank;
+
 /// The current term while this sidecar leads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Term {
@@ -27,6 +29,8 @@ pub struct Leadership {
     pub term: Option<Term>,
     /// The holder's identity as last observed (own identity while leading).
     pub leader: Option<String>,
+    /// Wall-clock time of the last change of version (`last_update` of `GET /`).
+    pub changed_at: std::time::SystemTime,
 }
 
 impl Default for Leadership {
@@ -35,6 +39,7 @@ impl Default for Leadership {
             version: 1,
             term: None,
             leader: None,
+            changed_at: std::time::SystemTime::now(),
         }
     }
 }
@@ -61,6 +66,15 @@ pub struct View {
     pub eligible: bool,
     /// Per Redis endpoint (`host:port`): whether its vote counts for this sidecar right now.
     pub nodes: BTreeMap<String, bool>,
+    /// The leader's rank (priority, revision, creation time) as its candidate record shows it;
+    /// null while unknown.
+    pub leader_rank: Option<Rank>,
+    /// Whether the leader sees a better candidate (by `lease.prefer`) ready and settling: a
+    /// preferred handover is pending.
+    pub handover_pending: bool,
+    /// Whether this sidecar's own candidate record says ready: a quorum counts its votes and,
+    /// in Kubernetes, its pod is Ready. Only a ready candidate is named as a successor.
+    pub candidate_ready: bool,
 }
 
 impl Leadership {
@@ -72,6 +86,9 @@ impl Leadership {
                 version: self.version + 1,
                 term: None,
                 leader: None,
+                changed_at: std::time::SystemTime::now()
+                    .checked_sub(now.saturating_duration_since(t.deadline))
+                    .unwrap_or(self.changed_at),
             },
             _ => self.clone(),
         }
@@ -92,6 +109,9 @@ impl Leadership {
             version: s.version,
             eligible: false,
             nodes: BTreeMap::new(),
+            leader_rank: None,
+            handover_pending: false,
+            candidate_ready: false,
         }
     }
 
@@ -104,6 +124,11 @@ impl Leadership {
             version: self.version + u64::from(changed),
             term,
             leader,
+            changed_at: if changed {
+                std::time::SystemTime::now()
+            } else {
+                self.changed_at
+            },
         }
     }
 }

@@ -64,6 +64,9 @@ pub struct Metrics {
     /// and result (ok | conflict | forbidden | not_found | server_error | client_error |
     /// timeout | transport | cancelled).
     pub kube_requests: IntCounterVec,
+    /// Graceful handovers this sidecar made as leader (its release named a successor), by
+    /// reason: shutdown | step_down | preferred.
+    pub handovers: IntCounterVec,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -232,6 +235,17 @@ impl Metrics {
             &["verb", "result"],
         )
         .unwrap();
+        let handovers = IntCounterVec::new(
+            c(
+                "redlock_elector_handovers_total",
+                "Graceful handovers by the leader (its release notice names a successor), by reason",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        for reason in ["shutdown", "step_down", "preferred"] {
+            handovers.with_label_values(&[reason]);
+        }
         let build_info = IntGaugeVec::new(
             Opts::new("redlock_elector_build_info", "Build information; always 1"),
             &["version"],
@@ -270,6 +284,7 @@ impl Metrics {
             Box::new(stalled.clone()),
             Box::new(stalls.clone()),
             Box::new(kube_requests.clone()),
+            Box::new(handovers.clone()),
             Box::new(build_info),
         ];
         for col in collectors {
@@ -299,6 +314,7 @@ impl Metrics {
             stalled,
             stalls,
             kube_requests,
+            handovers,
         }
     }
 

@@ -162,34 +162,117 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
         ps.subscribe(&channel).await.map_err(classify_err)?;
         let mut notices = ps.into_on_message();
         // Every script on a fresh probe key: acquire (GET, SET NX PX), acquire again by someone
-        // else (the denial: PTTL), renew (PEXPIRE), release (DEL, PUBLISH on the lease's
-        // channel). Token 0 writes no epoch; the key expires after ttl if a step fails.
+        // else (the denial: PTTL), renew (PEXPIRE), release naming a successor (DEL, SET PX of
+        // the reservation, PUBLISH on the lease's channel), acquire by someone else while
+        // reserved (denied), then by the successor (consumes the reservation: DEL), release.
+        // Token 0 writes no epoch; the keys expire after ttl if a step fails.
         let probe_key = format!("{key}:probe:{}", new_value(""));
         let probe_epoch = format!("{probe_key}:epoch");
+        let probe_next = format!("{probe_key}:next");
         let (value, other) = (new_value("check-config"), new_value("check-config"));
+        let next = new_value("check-config-successor");
         let ttl_ms = config.lease.ttl.as_millis().to_string();
         let scripts = scripts();
-        let (acquire, renew, release) = (&scripts.acquire, &scripts.renew, &scripts.release);
-        let both = [probe_key.as_str(), probe_epoch.as_str()];
-        let steps: [(&str, _, &[&str], Vec<&str>, i64); 4] = [
-            (
+        let (acquire, renew, release, candidates) = (
+            &scripts.acquire,
+            &scripts.renew,
+            &scripts.release,
+            &scripts.candidates,
+        );
+        let three = [
+            probe_key.as_str(),
+            probe_epoch.as_str(),
+            probe_next.as_str(),
+        ];
+        let released = [probe_key.as_str(), probe_next.as_str()];
+        let probe_candidates = [format!("{probe_key}:candidates")];
+        let probe_candidates = [probe_candidates[0].as_str()];
+        let step = |name, script, keys, args, expect| ProbeStep {
+            name,
+            script,
+            keys,
+            args,
+            expect,
+        };
+        // Notices as the sidecars send them: naming the successor, then naming none.
+        let named =
+            crate::redlock::candidates::notice_payload(&value, Some("check-config-successor"));
+        let notice = crate::redlock::candidates::notice_payload(&next, None);
+        let steps = [
+            step(
                 "acquire",
                 acquire,
-                &both,
-                vec![&value, &ttl_ms, "0", "take"],
-                1,
+                &three,
+                vec![&value, &ttl_ms, "0", "take", "check-config"],
+                Some(1),
             ),
-            (
+            step(
                 "acquire (denied)",
                 acquire,
-                &both,
-                vec![&other, &ttl_ms, "0", "take"],
-                0,
+                &three,
+                vec![&other, &ttl_ms, "0", "take", "check-config-other"],
+                Some(0),
             ),
-            ("renew", renew, &both, vec![&value, &ttl_ms, "0"], 1),
-            ("release", release, &both[..1], vec![&value, &channel], 1),
+            step(
+                "renew",
+                renew,
+                &three[..2],
+                vec![&value, &ttl_ms, "0"],
+                Some(1),
+            ),
+            step(
+                "release naming a successor",
+                release,
+                &released,
+                vec![&value, &channel, &named, "check-config-successor", &ttl_ms],
+                Some(1),
+            ),
+            step(
+                "acquire (reserved for the successor)",
+                acquire,
+                &three,
+                vec![&other, &ttl_ms, "0", "take", "check-config-other"],
+                Some(0),
+            ),
+            step(
+                "acquire by the successor",
+                acquire,
+                &three,
+                vec![&next, &ttl_ms, "0", "take", "check-config-successor"],
+                Some(1),
+            ),
+            step(
+                "release",
+                release,
+                &released,
+                vec![&next, &channel, &notice, "", "0"],
+                Some(1),
+            ),
+            // A candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL) and withdrawn
+            // (HDEL), on a hash beside the probe key.
+            step(
+                "candidate record",
+                candidates,
+                &probe_candidates,
+                vec!["check-config", &ttl_ms, "0", "0", "0", "0", ""],
+                None,
+            ),
+            step(
+                "candidate withdrawal",
+                candidates,
+                &probe_candidates,
+                vec!["check-config", &ttl_ms, "withdraw", "0", "0", "0", ""],
+                None,
+            ),
         ];
-        for (step, script, keys, args, expect) in steps {
+        for ProbeStep {
+            name: step,
+            script,
+            keys,
+            args,
+            expect,
+        } in steps
+        {
             let reply: redis::Value = redis::cmd("EVALSHA")
                 .arg(&script.sha)
                 .arg(keys.len())
@@ -199,14 +282,15 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
                 .await
                 .map_err(classify_err)?;
             // Every script answers `{node TIME, result, ...}`.
-            let got = match &reply {
-                redis::Value::Array(items) => match items.get(1) {
-                    Some(redis::Value::Int(i)) => Some(*i),
-                    _ => None,
+            let ok = match &reply {
+                redis::Value::Array(items) => match (items.get(1), expect) {
+                    (Some(redis::Value::Int(i)), Some(e)) => *i == e,
+                    (Some(redis::Value::Int(_)), None) => true,
+                    _ => false,
                 },
-                _ => None,
+                _ => false,
             };
-            if got != Some(expect) {
+            if !ok {
                 return Err(ConnectError::new(
                     Reason::Other,
                     format!("the {step} script on the probe key {probe_key} answered {reply:?}"),
@@ -246,4 +330,19 @@ async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> 
             format!("the probe did not finish within {}", fmt_dur(timeout * 8)),
         )),
     }
+}
+
+/// One script run of the probe, and the result it must answer (after the node's `TIME`);
+/// `None`: any `{TIME, ...}` reply will do (the candidates script answers with records).
+struct ProbeStep<'a> {
+    /// For the error message.
+    name: &'a str,
+    /// The script.
+    script: &'a crate::redlock::scripts::Script,
+    /// Its KEYS.
+    keys: &'a [&'a str],
+    /// Its ARGV.
+    args: Vec<&'a str>,
+    /// The expected result.
+    expect: Option<i64>,
 }

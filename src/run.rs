@@ -49,17 +49,40 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config.lease.renew_every,
         config.lease.retry_every,
     );
+    // The candidate's standing: the own pod's revision, creation time and Ready condition in
+    // Kubernetes (polled), nothing to wait for elsewhere.
+    let kube_settings = kube::Settings::from_config(&config);
+    let (standing_tx, standing_rx) = watch::channel(match &kube_settings {
+        Some(_) => elector::Standing::unknown(),
+        None => elector::Standing::fixed(),
+    });
+    if let Some(settings) = &kube_settings {
+        tokio::spawn(kube::poll_pod(
+            settings.clone(),
+            metrics.clone(),
+            standing_tx,
+            stop_rx.clone(),
+        ));
+    }
     let (elector, handles) = Elector::new(
         redlock.clone(),
         config.identity.clone(),
         timing.clone(),
+        elector::Preference {
+            prefer: config.lease.prefer,
+            priority: config.lease.priority,
+            settle: config.lease.prefer_settle,
+            grace: elector::grace(config.redis.timeout),
+            name_successor: !config.unsafe_switches.no_named_successor,
+        },
+        standing_rx,
         metrics.clone(),
     );
     for node in redlock.nodes() {
         tokio::spawn(node.clone().maintain(stop_rx.clone()));
         tokio::spawn(node.clone().subscribe(
             redlock.channel().to_string(),
-            handles.notice.clone(),
+            handles.notices.clone(),
             stop_rx.clone(),
         ));
     }
@@ -72,7 +95,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // The kube publisher only reads the leadership watches; it is told to finish after the
     // elector has released, and then gets at most KUBE_FINISH to label the pod follower.
-    let publisher = kube::Settings::from_config(&config).map(|settings| {
+    let publisher = kube_settings.map(|settings| {
         let (finish_tx, finish_rx) = watch::channel(false);
         let task = tokio::spawn(
             kube::Publisher::new(
@@ -94,6 +117,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             let redlock = redlock.clone();
             Arc::new(move |now| redlock.eligibility(now))
         },
+        candidacy: handles.candidacy.clone(),
     };
     let api_addr = api_listener.local_addr().ok();
     let ops_addr = ops_listener.local_addr().ok();

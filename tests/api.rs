@@ -178,6 +178,22 @@ fn sse_delivers_current_state_and_each_change_and_step_down_hands_over() {
     let (status, body) = http("POST", a.api_port, "/leader/step-down").unwrap();
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("error"));
+
+    // The leader-elector / nais elector answer on `/`: both name b, with an RFC 3339 time of
+    // the last change that is not in the future.
+    for s in [&a, &b] {
+        let (status, body) = http("GET", s.api_port, "/").unwrap();
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["name"], "b", "{body}");
+        let at = humantime::parse_rfc3339(v["last_update"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("last_update is not RFC 3339: {body}: {e}"));
+        assert!(at <= std::time::SystemTime::now(), "{body}");
+        assert!(
+            std::time::SystemTime::now().duration_since(at).unwrap() < Duration::from_secs(60),
+            "{body}"
+        );
+    }
 }
 
 #[test]
@@ -199,7 +215,7 @@ fn bad_parameters_are_400_unknown_paths_404() {
     }
     let (status, _) = http("GET", a.api_port, "/leader?unknown=1&also=2").unwrap();
     assert_eq!(status, 200, "unknown parameters are ignored");
-    for p in ["/", "/leaders", "/leader/nope", "/metrics"] {
+    for p in ["/leaders", "/leader/nope", "/metrics", "/x"] {
         let (status, body) = http("GET", a.api_port, p).unwrap();
         assert_eq!(status, 404, "{p}: {body}");
     }

@@ -15,7 +15,7 @@ use common::{Opts, Pki, Redis, Sidecar, binary, free_port, report, sole_leader, 
 
 /// The minimal ACL as the README and the chart's values.yaml give it (`PASSWORD` is a
 /// placeholder). The tests apply exactly this line, with only the password substituted.
-const MINIMAL_ACL: &str = "ACL SETUSER redlock-elector reset on >PASSWORD ~redlock-elector:* &redlock-elector:* +info +time +script|load +evalsha +subscribe +get +set +pexpire +pttl +del +publish";
+const MINIMAL_ACL: &str = "ACL SETUSER redlock-elector reset on >PASSWORD ~redlock-elector:* &redlock-elector:* +info +time +script|load +evalsha +subscribe +get +set +pexpire +pttl +del +publish +hget +hset +hgetall +hdel";
 const ACL_USER: &str = "redlock-elector";
 
 /// Apply [`MINIMAL_ACL`] with `password`, minus the rules in `drop` (to make a user that lacks

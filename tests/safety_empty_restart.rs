@@ -72,6 +72,16 @@ fn scenario(unsafe_disable_quarantine: bool) -> (fault::checker::Report, bool, S
     );
     assert!(!b.leader().is_leader);
 
+    // Cut A off from node 3 and restart it a third of a renewal period after A's renewal: a
+    // renewal in flight at the cut could reach the restarted node and re-create A's key there
+    // (RENEW heals a missing key), which hides the hazard for a whole ttl.
+    just_after_renewal(&nodes[2], "redlock-elector:test", TTL * 2);
+    std::thread::sleep(Duration::from_millis(300));
+    // Cut A off from node 3 and restart it a third of a renewal period after A's renewal: a
+    // renewal in flight at the cut could reach the restarted node and re-create A's key there
+    // (RENEW heals a missing key), which hides the hazard for a whole ttl.
+    just_after_renewal(&nodes[2], "redlock-elector:test", TTL * 2);
+    std::thread::sleep(Duration::from_millis(300));
     proxy.set(A, 2, BLACKHOLE);
     let restarted = Instant::now();
     nodes[2].restart();

@@ -66,6 +66,10 @@ pub struct Policy {
     pub window_us: i64,
     /// Test-only switch: when false, no jump is ever detected and every node counts at once.
     pub enabled: bool,
+    /// Test-only switch for the model check: when false, a reading after a gap longer than the
+    /// window is compared like any other ([`Seen::Resumed`] never happens). Always true in the
+    /// binary.
+    pub rewatch_after_gap: bool,
 }
 
 /// Fixed tolerance added to every allowance: 1 ms (the resolution Redis keys expire at).
@@ -81,6 +85,7 @@ impl Policy {
             slack_us: SLACK_US,
             window_us: (ttl + margin).as_micros() as i64,
             enabled,
+            rewatch_after_gap: true,
         }
     }
 }
@@ -141,6 +146,13 @@ pub enum Seen {
     First,
     /// Consistent with the previous reading.
     Steady,
+    /// The same server read again after a gap longer than the window (a partition, a pause, a
+    /// reply that took that long): the drift allowance over such a gap (ρ × gap) would hide a
+    /// step larger than the lease's drift margin, so the watch begins again from this reading.
+    Resumed {
+        /// The longest the local clock may have advanced between the two readings, µs.
+        gap_us: i64,
+    },
     /// A jump: the node is quarantined until the given local µs.
     Jumped {
         /// The step.
@@ -165,7 +177,9 @@ pub struct Watch {
 
 impl Watch {
     /// Take a reading of server `run_id`. Readings of one server survive reconnects; a different
-    /// run_id (a restart) starts over.
+    /// run_id (a restart) starts over, and so does a reading more than the window after the
+    /// previous one ([`Seen::Resumed`]): the caller must read each node's clock more often than
+    /// that to keep counting it.
     pub fn observe(&mut self, run_id: &str, r: Reading, p: &Policy) -> Seen {
         let same_server = self.run_id.as_deref() == Some(run_id);
         let prev = self.last.filter(|_| same_server);
@@ -178,7 +192,15 @@ impl Watch {
         if !p.enabled {
             return Seen::Steady;
         }
+        // Over a gap no longer than the window, the allowance hides at most ρ × window + slack
+        // of a step: within the lease's drift margin. Beyond it, start watching again.
+        let gap_us = r.received_us - prev.sent_us;
+        let resumed = p.rewatch_after_gap && gap_us > p.window_us;
+        if resumed {
+            self.since_us = Some(r.received_us);
+        }
         match check(&prev, &r, p) {
+            None if resumed => Seen::Resumed { gap_us },
             None => Seen::Steady,
             Some(jump) => {
                 // Measured from the arrival: the step happened before the node read its clock,
@@ -377,11 +399,57 @@ mod tests {
         let p = policy();
         let mut w = Watch::default();
         w.observe("a", reading(0, 100, 0), &p);
-        // Ten seconds without a reading (disconnected), same server: still compared.
-        assert_eq!(w.observe("a", reading(10 * S, 100, 0), &p), Seen::Steady);
-        assert!(w.counts_at(10 * S, &p));
-        let seen = w.observe("a", reading(11 * S, 100, 30 * S), &p);
+        // Half a window without a reading (reconnecting), same server: still compared.
+        assert_eq!(w.observe("a", reading(500 * MS, 100, 0), &p), Seen::Steady);
+        assert!(w.counts_at(2 * S, &p));
+        let seen = w.observe("a", reading(S, 100, 30 * S), &p);
         assert!(matches!(seen, Seen::Jumped { .. }));
+    }
+
+    #[test]
+    fn a_long_gap_starts_the_watch_again() {
+        let p = policy();
+        let mut w = Watch::default();
+        w.observe("a", reading(0, 100, 0), &p);
+        assert!(w.counts_at(2 * S, &p));
+        // 100 s without a reading: a forward step of 900 ms hides inside ρ × gap = 1 s, far
+        // more than the lease's drift margin (12 ms). Not provable, so the node must be watched
+        // afresh before it counts again.
+        let back = reading(100 * S, 100, 900 * MS);
+        assert_eq!(check(&reading(0, 100, 0), &back, &p), None);
+        assert_eq!(
+            w.observe("a", back, &p),
+            Seen::Resumed {
+                gap_us: 100 * S + 100
+            }
+        );
+        assert!(!w.counts_at(back.received_us + p.window_us - 1, &p));
+        assert!(w.counts_at(back.received_us + p.window_us, &p));
+        // Readings within the window keep it going, and a jump after the gap is still seen.
+        assert_eq!(
+            w.observe("a", reading(100 * S + 300 * MS, 100, 900 * MS), &p),
+            Seen::Steady
+        );
+        let seen = w.observe("a", reading(101 * S, 100, 20 * S), &p);
+        assert!(matches!(seen, Seen::Jumped { .. }));
+        // Exactly the window apart is still one watch; just over it is not.
+        let mut w = Watch::default();
+        w.observe("a", reading(0, 0, 0), &p);
+        assert_eq!(w.observe("a", reading(p.window_us, 0, 0), &p), Seen::Steady);
+        assert!(matches!(
+            w.observe("a", reading(2 * p.window_us + 1, 0, 0), &p),
+            Seen::Resumed { .. }
+        ));
+    }
+
+    #[test]
+    fn a_jump_after_a_long_gap_quarantines() {
+        let p = policy();
+        let mut w = Watch::default();
+        w.observe("a", reading(0, 100, 0), &p);
+        let r = reading(10 * S, 100, 30 * S);
+        assert!(matches!(w.observe("a", r, &p), Seen::Jumped { .. }));
+        assert!(!w.counts_at(r.received_us + p.window_us - 1, &p));
     }
 
     #[test]
@@ -430,6 +498,22 @@ mod tests {
         w.observe("a", reading(0, 100, 0), &p);
         assert_eq!(w.observe("a", reading(S, 100, 20 * S), &p), Seen::Steady);
         assert!(w.counts_at(S, &p));
+        assert_eq!(w.observe("a", reading(100 * S, 100, 0), &p), Seen::Steady);
+    }
+
+    #[test]
+    fn without_rewatching_a_long_gap_hides_a_step() {
+        let p = Policy {
+            rewatch_after_gap: false,
+            ..policy()
+        };
+        let mut w = Watch::default();
+        w.observe("a", reading(0, 100, 0), &p);
+        assert_eq!(
+            w.observe("a", reading(100 * S, 100, 900 * MS), &p),
+            Seen::Steady
+        );
+        assert!(w.counts_at(100 * S + 100, &p));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! become impossible. Timings follow the algorithm in the README ("How it works"): T1 is taken
 //! before sending; validity is `ttl − elapsed − drift`; the deadline is `T1 + ttl − drift`.
 
+pub mod candidates;
 pub mod clock;
 pub mod connect;
 pub mod math;
@@ -83,6 +84,11 @@ pub struct Redlock {
     epoch_key: String,
     /// `<keyPrefix><lease>:released`: the release-notice channel.
     channel: String,
+    /// `<keyPrefix><lease>:candidates`: the contenders' records ([`candidates`]).
+    candidates_key: String,
+    /// `<keyPrefix><lease>:next`: the key's reservation for a named successor, for a grace
+    /// after a graceful release ([`scripts::RELEASE`]).
+    reservation_key: String,
     /// Lease ttl.
     ttl: Duration,
     /// `ttl·driftFactor + 2ms`.
@@ -96,6 +102,96 @@ pub struct Redlock {
     epoch_seen: AtomicU64,
     /// Releases whose last commands still run in the background (see [`Redlock::release`]).
     releasing: tokio::sync::watch::Sender<usize>,
+}
+
+/// Release notices as the subscriptions deliver them: a wake-up at the first copy of each
+/// notice, the successor it names, and how many nodes have sent it. Every node publishes the
+/// notice as it deletes the key there, so a quorum of copies means the key is gone on a quorum.
+pub struct Notices {
+    /// Wakes the elector at the first copy of a notice.
+    notify: tokio::sync::Notify,
+    /// Wakes a waiting named successor when a quorum of copies has arrived.
+    quorum_reached: tokio::sync::Notify,
+    /// Copies that mean "gone on a quorum".
+    quorum: usize,
+    /// (last payload, the successor it names, copies received).
+    last: std::sync::Mutex<(String, Option<String>, usize)>,
+}
+
+impl Notices {
+    /// Notices for a lease over nodes with this quorum.
+    pub fn new(quorum: usize) -> Self {
+        Notices {
+            notify: tokio::sync::Notify::new(),
+            quorum_reached: tokio::sync::Notify::new(),
+            quorum,
+            last: std::sync::Mutex::new((String::new(), None, 0)),
+        }
+    }
+
+    /// Record one node's copy of a notice; wake the elector at the first copy, a waiting named
+    /// successor at the quorum-th.
+    pub fn post(&self, payload: &str) {
+        let copies = {
+            // A poisoned lock only means a panic elsewhere mid-update; the data is plain.
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.0 == payload {
+                last.2 += 1;
+            } else {
+                *last = (
+                    payload.to_string(),
+                    candidates::notice_successor(payload).map(String::from),
+                    1,
+                );
+            }
+            last.2
+        };
+        if copies == 1 {
+            self.notify.notify_one();
+        }
+        if copies == self.quorum {
+            self.quorum_reached.notify_one();
+        }
+    }
+
+    /// Resolves at the first copy of the next notice.
+    pub async fn notified(&self) {
+        self.notify.notified().await
+    }
+
+    /// Resolves when a quorum of copies has arrived (possibly of an earlier notice: check
+    /// [`Notices::copies`]).
+    pub async fn quorum_reached(&self) {
+        self.quorum_reached.notified().await
+    }
+
+    /// The successor the latest notice named, if any.
+    pub fn successor(&self) -> Option<String> {
+        self.last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
+    /// How many nodes have sent the latest notice.
+    pub fn copies(&self) -> usize {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).2
+    }
+
+    /// Copies that mean the key is gone on a quorum.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+}
+
+/// The follower a graceful release names, and how long the key stays reserved for it.
+#[derive(Clone, Copy, Debug)]
+pub struct Successor<'a> {
+    /// Its identity.
+    pub identity: &'a str,
+    /// The reservation's lifetime on each node: the grace the other followers wait.
+    pub grace: Duration,
 }
 
 /// The value stored in the key: `<identity>#<nonce>` with 192 random bits.
@@ -180,6 +276,8 @@ impl Redlock {
         Ok(Redlock {
             epoch_key: format!("{key}:epoch"),
             channel: format!("{key}:released"),
+            candidates_key: format!("{key}:candidates"),
+            reservation_key: format!("{key}:next"),
             key,
             nodes,
             ttl: config.lease.ttl,
@@ -253,8 +351,8 @@ impl Redlock {
                     let r = n
                         .eval(
                             acquire,
-                            &[&self.key, &self.epoch_key],
-                            &[value, ttl_ms, proposed, mode],
+                            &[&self.key, &self.epoch_key, &self.reservation_key],
+                            &[value, ttl_ms, proposed, mode, identity],
                         )
                         .await;
                     (n, eligible, parse_acquire(r))
@@ -303,17 +401,17 @@ impl Redlock {
                 }
             }
         }
-        // Failed. Clean up everywhere, including nodes whose reply never came, and meanwhile
-        // collect the stragglers' replies (each bounded by the timeout): the decision was made
-        // early, but telling "someone else holds a quorum" from "no quorum anywhere" needs them.
-        let drain = async {
-            let mut votes = Vec::new();
-            while let Some((_, _, vote)) = pending.next().await {
-                votes.push(vote);
-            }
-            votes
-        };
-        let (_, stragglers) = tokio::join!(self.release(&value, false), drain);
+        // Failed. Collect the stragglers' replies first (each bounded by the timeout): the
+        // decision was made early, but telling "someone else holds a quorum" from "no quorum
+        // anywhere" needs them. Only then clean up everywhere: a straggler's command may not
+        // even have been sent yet (a future is sent when first polled, and the decision can
+        // come before every future was), and a release that overtook its acquire on the
+        // connection would leave this attempt's key on that node for a whole ttl.
+        let mut stragglers = Vec::new();
+        while let Some((_, _, vote)) = pending.next().await {
+            stragglers.push(vote);
+        }
+        self.release(&value, false).await;
         for vote in stragglers {
             replies.record(vote);
         }
@@ -377,6 +475,46 @@ impl Redlock {
         ok.then(|| t1 + self.ttl - self.drift)
     }
 
+    /// Write this sidecar's candidate record (when `mine` is given) and read everyone's, on every
+    /// node in parallel. Returns the candidates a quorum of nodes holds, or `None` when fewer
+    /// than a quorum answered. Each record lives for `life`.
+    pub async fn candidates(
+        &self,
+        mine: Option<(&str, &[String; 5])>,
+        life: Duration,
+    ) -> Option<Vec<candidates::Candidate>> {
+        let script = &scripts().candidates;
+        let life_ms = life.as_millis().max(1).to_string();
+        let mut args: Vec<&str> = vec![mine.map_or("", |(id, _)| id), &life_ms];
+        match mine {
+            Some((_, f)) => args.extend(f.iter().map(String::as_str)),
+            None => args.extend(["0", "0", "0", "0", ""]),
+        }
+        let keys = [self.candidates_key.as_str()];
+        let answers: Vec<candidates::NodeRecords> = self
+            .nodes
+            .iter()
+            .map(|n| n.eval(script, &keys, &args))
+            .collect::<FuturesUnordered<_>>()
+            .filter_map(|r| async move { r.ok().map(parse_candidates) })
+            .collect()
+            .await;
+        (answers.len() >= self.quorum()).then(|| candidates::merge(&answers, self.quorum()))
+    }
+
+    /// Remove this sidecar's candidate record on every node in parallel (graceful shutdown).
+    pub async fn withdraw(&self, identity: &str) {
+        let script = &scripts().candidates;
+        let keys = [self.candidates_key.as_str()];
+        let args = [identity, "1", "withdraw", "0", "0", "0", ""];
+        self.nodes
+            .iter()
+            .map(|n| n.eval(script, &keys, &args))
+            .collect::<FuturesUnordered<_>>()
+            .for_each(|_| async {})
+            .await;
+    }
+
     /// Token-checked delete on every node in parallel; with `notify`, publish the release notice.
     ///
     /// Returns once a quorum of nodes confirmed (the key is ours no more there: deleted, or held
@@ -386,18 +524,47 @@ impl Redlock {
     /// unreachable node delays neither a step-down nor the next attempt. [`Redlock::settled`]
     /// waits for them (shutdown does, before the process exits).
     pub async fn release(&self, value: &str, notify: bool) {
+        self.release_naming(value, notify, None).await
+    }
+
+    /// [`Redlock::release`] whose notice names a successor: that follower attempts at once,
+    /// the others after the grace, and each node keeps the key reserved for the successor for
+    /// the grace.
+    pub async fn release_naming(
+        &self,
+        value: &str,
+        notify: bool,
+        successor: Option<Successor<'_>>,
+    ) {
         let release = &scripts().release;
         let channel = if notify { self.channel.as_str() } else { "" };
+        let (named, grace_ms) = successor.map_or((None, 0), |s| {
+            (Some(s.identity), s.grace.as_millis().max(1) as u64)
+        });
         // Owned once for all nodes: the futures may outlive this call (see below).
-        let args = Arc::new([self.key.clone(), value.to_string(), channel.to_string()]);
+        let args = Arc::new([
+            self.key.clone(),
+            self.reservation_key.clone(),
+            value.to_string(),
+            channel.to_string(),
+            candidates::notice_payload(value, named),
+            named.unwrap_or("").to_string(),
+            grace_ms.to_string(),
+        ]);
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .map(|n| {
                 let (node, args) = (n.clone(), args.clone());
                 async move {
-                    let [key, value, channel] = &*args;
-                    node.eval(release, &[key], &[value, channel]).await.is_ok()
+                    let [key, reservation, value, channel, payload, named, grace] = &*args;
+                    node.eval(
+                        release,
+                        &[key, reservation],
+                        &[value, channel, payload, named, grace],
+                    )
+                    .await
+                    .is_ok()
                 }
             })
             .collect();
@@ -439,11 +606,40 @@ impl Redlock {
             .collect()
     }
 
+    /// Whether a quorum of nodes counts this sidecar's votes at `now`.
+    pub fn eligible(&self, now: Instant) -> bool {
+        self.nodes.iter().filter(|n| n.counts(now)).count() >= self.quorum()
+    }
+
     /// When a quorum of nodes will count, if nothing changes meanwhile (a fresh sidecar's watch
     /// of the nodes' clocks, quarantines ending); `None` if that is not known yet.
     pub fn quorum_counts_at(&self) -> Option<Instant> {
         math::quorum_at(self.nodes.iter().map(|n| n.counts_from()), self.quorum())
     }
+}
+
+fn parse_candidates(items: Vec<Value>) -> candidates::NodeRecords {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    // `eval` has taken the leading TIME off; the script repeats it, so the entries are judged
+    // by the time the node itself used.
+    let mut it = items.into_iter();
+    let now = match it.next() {
+        Some(Value::Int(n)) => n,
+        _ => 0,
+    };
+    let rest: Vec<Value> = it.collect();
+    let entries = rest
+        .chunks(2)
+        .filter_map(|p| match p {
+            [k, v] => Some((text(k)?, text(v)?)),
+            _ => None,
+        })
+        .collect();
+    (now, entries)
 }
 
 fn parse_acquire(r: Result<Vec<Value>, CommandError>) -> Vote {

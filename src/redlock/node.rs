@@ -83,6 +83,31 @@ struct Verified {
 /// Origin of the local monotonic µs that [`clock`] works with.
 static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
 
+/// How often a connected node's INFO is read again (uptime, run_id, role, eviction policy).
+const INFO_REFRESH: Duration = Duration::from_secs(1);
+
+/// The reply to a refresh pipeline: `[INFO,] TIME`.
+struct RefreshReply {
+    info: Option<String>,
+    node_us: Option<i64>,
+}
+
+impl RefreshReply {
+    /// `None` when the reply does not have the expected shape (the connection is then dropped).
+    fn parse(items: Vec<Value>, with_info: bool) -> Option<Self> {
+        let mut items = items.into_iter();
+        let info = match with_info {
+            true => Some(redis::from_redis_value::<String>(items.next()?).ok()?),
+            false => None,
+        };
+        let (secs, micros) = redis::from_redis_value::<(String, String)>(items.next()?).ok()?;
+        Some(RefreshReply {
+            info,
+            node_us: clock::parse_time(&secs, &micros),
+        })
+    }
+}
+
 /// Local monotonic µs of `t` (all instants used are later than the origin, fixed when the first
 /// node is created).
 pub fn mono_us(t: Instant) -> i64 {
@@ -279,6 +304,13 @@ impl Node {
         let seen = lock(&self.health)
             .clock
             .observe(run_id, reading, &self.clock_policy);
+        if let Seen::Resumed { gap_us } = seen {
+            tracing::debug!(
+                endpoint = %self.endpoint.name,
+                gap_ms = gap_us / 1000,
+                "no clock reading of the redis node for longer than ttl + margin; watching it afresh before it counts"
+            );
+        }
         if let Seen::Jumped { jump, until_us } = seen {
             let direction = jump.direction.as_str();
             tracing::warn!(
@@ -378,10 +410,19 @@ impl Node {
         self.broken.notify_one();
     }
 
+    /// How often [`Node::maintain`] reads the node's clock: a third of the clock window (at most
+    /// a second), so that a node stays watched between replies ([`Seen::Resumed`] after a gap
+    /// longer than the window).
+    fn clock_refresh(&self) -> Duration {
+        Duration::from_micros((self.clock_policy.window_us / 3).max(1) as u64).min(INFO_REFRESH)
+    }
+
     /// Keep a verified connection up and the health fresh until `stop` fires: connect with
-    /// jittered exponential backoff, re-check INFO every second (also detects a silent server).
+    /// jittered exponential backoff, re-check INFO every second (also detects a silent server)
+    /// and the node's clock every [`Node::clock_refresh`].
     pub async fn maintain(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(50);
+        let mut info_read: Option<Instant> = None;
         loop {
             if *stop.borrow() {
                 return;
@@ -392,7 +433,8 @@ impl Node {
                     Ok(()) => {
                         self.connect_failures.succeeded();
                         backoff = Duration::from_millis(50);
-                        Duration::from_secs(1)
+                        info_read = Some(Instant::now());
+                        self.clock_refresh()
                     }
                     Err(e) => {
                         self.connect_failures.failed(&e);
@@ -402,25 +444,37 @@ impl Node {
                     }
                 },
                 Some(Verified { mut conn, run_id }) => {
-                    let mut refresh = redis::pipe();
-                    refresh.cmd("INFO").cmd("TIME");
                     let sent = Instant::now();
-                    match tokio::time::timeout(
+                    let with_info = info_read.is_none_or(|at| sent - at >= INFO_REFRESH);
+                    // INFO (when due) and TIME in one round trip; TIME alone in between.
+                    let mut refresh = redis::pipe();
+                    if with_info {
+                        refresh.cmd("INFO");
+                    }
+                    refresh.cmd("TIME");
+                    let reply = tokio::time::timeout(
                         self.connect_timeout,
-                        refresh.query_async::<(String, (String, String))>(&mut conn),
+                        refresh.query_async::<Vec<Value>>(&mut conn),
                     )
-                    .await
+                    .await;
+                    let received = Instant::now();
+                    match reply
+                        .ok()
+                        .and_then(|r| r.ok())
+                        .and_then(|items| RefreshReply::parse(items, with_info))
                     {
-                        Ok(Ok((text, (secs, micros)))) => {
-                            let received = Instant::now();
-                            self.apply_info(&parse_info(&text));
-                            if let Some(t) = clock::parse_time(&secs, &micros) {
+                        Some(reply) => {
+                            if let Some(text) = reply.info {
+                                info_read = Some(sent);
+                                self.apply_info(&parse_info(&text));
+                            }
+                            if let Some(t) = reply.node_us {
                                 self.observe(&run_id, t, sent, received);
                             }
                         }
-                        Ok(Err(_)) | Err(_) => self.mark_broken(),
+                        None => self.mark_broken(),
                     }
-                    Duration::from_secs(1)
+                    self.clock_refresh()
                 }
             };
             tokio::select! {
@@ -570,12 +624,12 @@ impl Node {
         }
     }
 
-    /// Subscribe to `channel` on this node and call `on_message` for each message, reconnecting
+    /// Subscribe to `channel` on this node and post each message to `notices`, reconnecting
     /// with backoff, until `stop` fires.
     pub async fn subscribe(
         self: Arc<Self>,
         channel: String,
-        on_message: Arc<Notify>,
+        notices: Arc<super::Notices>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
         use futures::StreamExt;
@@ -595,8 +649,8 @@ impl Node {
                     .map_err(|e| e.to_string())?;
                 self.subscribe_failures.succeeded();
                 let mut stream = ps.into_on_message();
-                while stream.next().await.is_some() {
-                    on_message.notify_one();
+                while let Some(msg) = stream.next().await {
+                    notices.post(&msg.get_payload::<String>().unwrap_or_default());
                 }
                 Err::<(), String>("subscription closed".into())
             };

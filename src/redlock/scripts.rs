@@ -32,20 +32,30 @@ macro_rules! now_us {
     };
 }
 
-/// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch. ARGV: value, ttl_ms, proposed token,
-/// mode (`take` | `probe`).
+/// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
+/// proposed token, mode (`take` | `probe`), identity.
 /// Granted → the proposed token is written set-if-greater in the same atomic step, and
 /// `{now, 1, epoch}` returns the node's fencing epoch *before* that write (0 if none). When no
 /// granting node had an epoch at or above the proposal, the proposal is the term's token and is
-/// already on a quorum: acquisition takes one round, not two.
+/// already on a quorum: acquisition takes one round, not two. A reservation (see [`RELEASE`])
+/// is consumed by the grant.
 /// Denied → `{now, 0, holder_value, pttl_ms, epoch}` so followers learn the holder, when it may
 /// expire, and the current term's token (remembered for their own next token).
+/// Reserved for another identity (a graceful release named it, less than a grace ago) → denied
+/// like a free key, with the reservation's remaining lifetime: `{now, 0, '', pttl_ms, epoch}`.
 /// `probe` never takes the key (an attempt that cannot win: fewer than a quorum of nodes count
 /// yet); it answers like a denial, with an empty holder when the key is free.
 pub const ACQUIRE: &str = concat!(
     now_us!(),
     r#"local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local reserved = redis.call('GET', KEYS[3])
+if reserved and reserved ~= ARGV[5] then
+  return {now, 0, '', redis.call('PTTL', KEYS[3]), e}
+end
 if ARGV[4] ~= 'probe' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if reserved then
+    redis.call('DEL', KEYS[3])
+  end
   if tonumber(ARGV[3]) > e then
     redis.call('SET', KEYS[2], ARGV[3])
   end
@@ -80,19 +90,74 @@ return {now, r}
 "#
 );
 
-/// Token-checked release. KEYS: lock. ARGV: value, channel ('' = do not publish).
-/// Deletes only our own value (`{now, 1}`, else `{now, 0}`); publishes the release notice so
-/// followers retry at once.
+/// Token-checked release. KEYS: lock, reservation. ARGV: value, channel ('' = do not publish),
+/// notice payload (the value and the named successor, [`super::candidates::notice_payload`]),
+/// successor identity ('' = none), grace ms.
+/// Deletes only our own value (`{now, 1}`, else `{now, 0}`). With a successor, the key is
+/// reserved for it for the grace in the same atomic step: an attempt by anyone else that reaches
+/// this node after the release and before the successor's is denied, so the successor wins even
+/// against a follower whose scheduled retry happened to fire at that moment. Publishes the
+/// release notice so followers retry at once (the named successor first).
 pub const RELEASE: &str = concat!(
     now_us!(),
     r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  if ARGV[4] ~= '' then
+    redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
+  end
   if ARGV[2] ~= '' then
-    redis.call('PUBLISH', ARGV[2], ARGV[1])
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
   end
   return {now, 1}
 end
 return {now, 0}
+"#
+);
+
+/// Candidate records ([`super::candidates`]). KEYS: candidates hash. ARGV: identity ('' = only
+/// read), lifetime ms, ready (0/1, or `withdraw`: delete the record), priority, created, pending
+/// (0/1), revision.
+/// Writes `expiry|ready_since|priority|created|pending|revision` (times in this node's `TIME`
+/// µs; `ready_since` kept from the live record while ready, 0 when not ready), keeps the hash
+/// alive for a lifetime, drops expired entries, and returns `{now, now, id1, value1, ...}` of
+/// the live ones (`now` twice: [`super::node::Node::eval`] takes the first as a clock reading).
+pub const CANDIDATES: &str = concat!(
+    now_us!(),
+    r#"if ARGV[3] == 'withdraw' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return {now, now}
+end
+if ARGV[1] ~= '' then
+  local since = 0
+  if ARGV[3] == '1' then
+    since = now
+    local old = redis.call('HGET', KEYS[1], ARGV[1])
+    if old then
+      local oe, os = string.match(old, '^(%d+)|(%d+)|')
+      if oe and tonumber(oe) > now and tonumber(os) > 0 then
+        since = tonumber(os)
+      end
+    end
+  end
+  local life = tonumber(ARGV[2])
+  local value = string.format('%.0f|%.0f|%s|%s|%s|%s', now + life * 1000, since, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  redis.call('HSET', KEYS[1], ARGV[1], value)
+  if redis.call('PTTL', KEYS[1]) < life then
+    redis.call('PEXPIRE', KEYS[1], life)
+  end
+end
+local all = redis.call('HGETALL', KEYS[1])
+local out = {now, now}
+for i = 1, #all, 2 do
+  local e = tonumber(string.match(all[i + 1], '^(%d+)|'))
+  if e and e > now then
+    out[#out + 1] = all[i]
+    out[#out + 1] = all[i + 1]
+  else
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+return out
 "#
 );
 
@@ -104,12 +169,14 @@ pub struct Scripts {
     pub renew: Script,
     /// [`RELEASE`].
     pub release: Script,
+    /// [`CANDIDATES`].
+    pub candidates: Script,
 }
 
 impl Scripts {
     /// Every script, for loading.
-    pub fn all(&self) -> [&Script; 3] {
-        [&self.acquire, &self.renew, &self.release]
+    pub fn all(&self) -> [&Script; 4] {
+        [&self.acquire, &self.renew, &self.release, &self.candidates]
     }
 }
 
@@ -117,6 +184,7 @@ static ALL: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     acquire: Script::new("acquire", ACQUIRE),
     renew: Script::new("renew", RENEW),
     release: Script::new("release", RELEASE),
+    candidates: Script::new("candidates", CANDIDATES),
 });
 
 /// The scripts, hashed once.

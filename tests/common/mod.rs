@@ -2,6 +2,8 @@
 //! Everything started here is killed on drop, so a failing test leaves nothing behind.
 #![allow(dead_code)]
 
+pub mod rollout;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -24,6 +26,15 @@ pub struct View {
     pub eligible: bool,
     /// Per endpoint: whether its vote counts now.
     pub nodes: std::collections::BTreeMap<String, bool>,
+    /// The leader's rank as its candidate record shows it.
+    #[serde(default)]
+    pub leader_rank: Option<serde_json::Value>,
+    /// Whether the leader sees a better candidate settling.
+    #[serde(default)]
+    pub handover_pending: bool,
+    /// Whether this sidecar's own candidate record says ready.
+    #[serde(default)]
+    pub candidate_ready: bool,
 }
 
 /// A port nobody listens on right now, and one this test process has never handed out before.
@@ -838,6 +849,28 @@ pub fn metric_sum(s: &Sidecar, prefix: &str) -> f64 {
 }
 
 /// Print a measured figure so it lands in the test output (`--nocapture`) and CI logs.
+/// Return just after the holder of `key` renewed it on `node` (its PTTL jumped up), polling
+/// every 0.5 ms for up to `within`. Lets a test act between two renewals rather than racing one.
+pub fn just_after_renewal(node: &Redis, key: &str, within: Duration) {
+    let pttl = || {
+        node.cli(&["PTTL", key])
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(-2)
+    };
+    let mut last = pttl();
+    let found = wait_for(within, Duration::from_micros(500), || {
+        let now = pttl();
+        let renewed = now > last + 100;
+        last = now;
+        renewed.then_some(())
+    });
+    assert!(
+        found.is_some(),
+        "no renewal of {key} seen on node {}",
+        node.port
+    );
+}
+
 pub fn report(what: &str, value: impl std::fmt::Display) {
     eprintln!("[figure] {what}: {value}");
 }

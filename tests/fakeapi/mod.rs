@@ -246,6 +246,18 @@ impl FakeApi {
         snapshot(&mut st);
     }
 
+    /// Change a pod as the control plane would (kubelet status, creation time): a JSON merge
+    /// patch applied server-side, with a new `resourceVersion`.
+    pub fn update_pod(&self, name: &str, patch: Value) {
+        let mut st = self.inner.state.lock().unwrap();
+        st.resource_version += 1;
+        let rv = st.resource_version.to_string();
+        let pod = st.pods.get_mut(name).expect("pod exists");
+        merge_patch(pod, &patch);
+        pod["metadata"]["resourceVersion"] = json!(rv);
+        snapshot(&mut st);
+    }
+
     pub fn pod(&self, name: &str) -> Value {
         self.inner.state.lock().unwrap().pods[name].clone()
     }

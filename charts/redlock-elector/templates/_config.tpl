@@ -18,6 +18,11 @@ lease:
   retryEvery: {{ $c.lease.retryEvery | quote }}
   driftFactor: {{ $c.lease.driftFactor }}
   keyPrefix: {{ $c.lease.keyPrefix | quote }}
+  {{- with $c.lease.prefer }}
+  prefer: {{ . | quote }}
+  {{- end }}
+  priority: {{ int $c.lease.priority }}
+  preferSettle: {{ $c.lease.preferSettle | quote }}
 redis:
   endpoints:
     {{- include "redlock-elector.redisEndpoints" . | nindent 4 }}

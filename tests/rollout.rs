@@ -1,0 +1,368 @@
+//! Named successors and rollouts, with real `redis-server` processes and the real binary.
+//!
+//! - A graceful release names the best ready candidate: that one wins, every time.
+//! - A named successor that is gone (frozen) delays the handover by at most the grace.
+//! - A rolling replacement of 3 sidecars of priority 1 by 3 of priority 2 (surge 1: the next old
+//!   one is terminated once the new one is a ready candidate) moves leadership exactly once with
+//!   `prefer: newest`, whatever position the leader has in the termination order. With `none`
+//!   the count is reported (today's behaviour: the release notice race).
+//!
+//! An observer thread (`common::rollout`, shared with the benchmark) polls every live sidecar's
+//! `/leader` every few milliseconds and records the leader over time; it also fails the test if
+//! two sidecars ever answer `is_leader` at once.
+
+mod common;
+mod fakeapi;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::rollout::*;
+use common::*;
+use fakeapi::{FakeApi, NS};
+use serde_json::json;
+
+const TTL: Duration = Duration::from_secs(1);
+/// `redis.timeout` of the sidecars (the test default) + the 25 ms margin.
+const GRACE: Duration = Duration::from_millis(75);
+
+/// How long it took, after `t0`, until `s` answered `is_leader` (polled every millisecond).
+fn time_to_lead(s: &Sidecar, t0: Instant, timeout: Duration) -> Option<Duration> {
+    wait_for(timeout, Duration::from_millis(1), || {
+        s.try_leader()
+            .is_some_and(|v| v.is_leader)
+            .then(|| t0.elapsed())
+    })
+}
+
+#[test]
+fn the_named_successor_acquires_first() {
+    let nodes = redis_cluster(3, TTL);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    // `b` is named every time (the highest priority); a long settle keeps it from taking over
+    // by preference, so only the release notice moves leadership. Each round, the leader is
+    // restarted as a follower.
+    let settle = "1h";
+    let mut a = Sidecar::start("a", &refs, &opts("named", "newest", 1, settle));
+    wait_leader(&[&a]);
+    let mut b = Sidecar::start("b", &refs, &opts("named", "newest", 5, settle));
+    let c = Sidecar::start("c", &refs, &opts("named", "newest", 1, settle));
+    let d = Sidecar::start("d", &refs, &opts("named", "newest", 1, settle));
+    for s in [&b, &c, &d] {
+        wait_candidate_ready(s);
+        wait_ready_on_nodes(&nodes, "named", &s.identity);
+    }
+    let mut takeovers = Vec::new();
+    for round in 0..4 {
+        // The leader (a, then b, alternately) is terminated; the named one must win.
+        let (leader, named) = if round % 2 == 0 {
+            (&mut a, &b)
+        } else {
+            (&mut b, &a)
+        };
+        assert!(leader.leader().is_leader, "round {round}: setup");
+        let t0 = Instant::now();
+        leader.terminate();
+        let took = time_to_lead(named, t0, Duration::from_secs(5)).unwrap_or_else(|| {
+            panic!(
+                "round {round}: the named successor {} did not lead; c: {:?} d: {:?}\n{}\nold leader:\n{}",
+                named.identity,
+                c.leader(),
+                d.leader(),
+                named.logs(),
+                std::fs::read_to_string(&leader.log).unwrap_or_default()
+            )
+        });
+        takeovers.push(took);
+        assert!(!c.leader().is_leader && !d.leader().is_leader);
+        let log = std::fs::read_to_string(&leader.log).unwrap_or_default();
+        assert!(
+            log.contains(&format!("\"successor\":\"{}\"", named.identity)),
+            "round {round}: the release did not name {}:\n{log}",
+            named.identity
+        );
+        // Bring the terminated one back with the same identity and rank, as a follower.
+        let (id, prio) = if round % 2 == 0 { ("a", 1) } else { ("b", 5) };
+        let back = Sidecar::start(id, &refs, &opts("named", "newest", prio, settle));
+        wait_candidate_ready(&back);
+        wait_ready_on_nodes(&nodes, "named", id);
+        if round % 2 == 0 {
+            a = back;
+        } else {
+            b = back;
+        }
+        // b has the highest priority: when a leads, b is named; when b leads, a (priority 1,
+        // before c and d by identity) is named.
+    }
+    // c and d never acquired: every other follower waited the grace while the named one won.
+    for s in [&c, &d] {
+        assert!(
+            !s.logs().contains("became leader"),
+            "{} led although never named:\n{}",
+            s.identity,
+            s.logs()
+        );
+    }
+    report(
+        "SIGTERM to named successor leading (4 rounds)",
+        format!("{takeovers:?}"),
+    );
+}
+
+#[test]
+fn a_named_successor_that_is_gone_delays_the_handover_by_at_most_the_grace() {
+    let nodes = redis_cluster(3, TTL);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let settle = "1h";
+    let mut a = Sidecar::start("a", &refs, &opts("gone", "newest", 1, settle));
+    wait_leader(&[&a]);
+    let b = Sidecar::start("b", &refs, &opts("gone", "newest", 1, settle));
+    let c = Sidecar::start("c", &refs, &opts("gone", "newest", 9, settle));
+    wait_candidate_ready(&b);
+    wait_candidate_ready(&c);
+    let mut gaps = Vec::new();
+    // Freeze c right after one of its record refreshes: its record (3 retries of life) still
+    // says ready, so the leader names it, but it cannot answer.
+    c.signal("STOP");
+    let t0 = Instant::now();
+    a.terminate();
+    let took = time_to_lead(&b, t0, Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("b did not take over:\n{}", b.logs()));
+    c.signal("CONT");
+    let log = std::fs::read_to_string(&a.log).unwrap_or_default();
+    assert!(
+        log.contains("\"successor\":\"c\""),
+        "the release did not name the frozen c (its record should still be live):\n{log}"
+    );
+    gaps.push(took);
+    report(
+        "SIGTERM to takeover with the named successor frozen (grace 75 ms)",
+        format!("{took:?}"),
+    );
+    // The release itself takes a round trip; the grace is 75 ms; the rest is polling and a
+    // loaded machine. Without the notice b would wait for its retry or the key's expiry (1 s).
+    assert!(
+        took < GRACE + Duration::from_millis(300),
+        "handover with a gone successor took {took:?}, more than the grace ({GRACE:?}) allows"
+    );
+}
+
+#[test]
+fn rollout_with_prefer_newest_moves_leadership_exactly_once_whatever_the_order() {
+    let nodes = redis_cluster(3, TTL);
+    for position in 0..3 {
+        let lease = format!("newest-{position}");
+        let (changes, gap, leaders, events) = rollout(&nodes, &lease, "newest", position);
+        report(
+            &format!("prefer newest, leader terminated at position {position}"),
+            format!("{changes} change(s), longest gap {gap:?}, leaders {leaders:?}"),
+        );
+        assert_eq!(
+            changes, 1,
+            "position {position}: leadership moved {changes} times: {leaders:?}\n{events}"
+        );
+        assert!(
+            leaders.last().is_some_and(|l| l.starts_with("new-")),
+            "{leaders:?}"
+        );
+    }
+}
+
+#[test]
+fn rollout_with_prefer_none_reports_todays_count() {
+    let nodes = redis_cluster(3, TTL);
+    let mut counts = Vec::new();
+    // Each position twice: the successor is a random ready candidate, so one run says little.
+    for run in 0..6 {
+        let position = run % 3;
+        let lease = format!("none-{run}");
+        let (changes, gap, leaders, _) = rollout(&nodes, &lease, "none", position);
+        report(
+            &format!("prefer none, leader terminated at position {position}"),
+            format!("{changes} change(s), longest gap {gap:?}, leaders {leaders:?}"),
+        );
+        // Leadership must end on a new sidecar, so it moved at least once.
+        assert!(changes >= 1, "{leaders:?}");
+        counts.push(changes);
+    }
+    report("prefer none: changes per rollout", format!("{counts:?}"));
+}
+
+/// The same rollout in Kubernetes mode against the recording fake API server: pods carry a
+/// `pod-template-hash` (rev-1, then rev-2) and a `creationTimestamp`, and turn Ready when their
+/// sidecar serves (the kubelet's part, played by the test). The rank comes from the pod only (no
+/// priority), and `prefer` is left at its Kubernetes default (newest). The next old pod is
+/// terminated once the new one is a ready candidate (its pod Ready as polled, and eligible).
+fn kube_rollout(
+    nodes: &[Redis],
+    fake: &FakeApi,
+    tag: &str,
+    position: usize,
+) -> (usize, Duration, Vec<String>) {
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let lease = format!("kube-{tag}");
+    let start = |name: &str, rev: &str, created: std::time::SystemTime| -> Sidecar {
+        fake.add_pod(name, &[("app", "demo"), ("pod-template-hash", rev)]);
+        fake.update_pod(
+            name,
+            json!({
+                "metadata": {"creationTimestamp": humantime::format_rfc3339_seconds(created).to_string()},
+                "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+            }),
+        );
+        let opts = Opts {
+            lease: lease.clone(),
+            extra: [
+                "--kubernetes",
+                "true",
+                "--pod-name",
+                name,
+                "--namespace",
+                NS,
+                "--prefer-settle",
+                "1s",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            env: vec![(
+                "KUBECONFIG".into(),
+                fake.kubeconfig(name).display().to_string(),
+            )],
+            ..Opts::default()
+        };
+        let s = Sidecar::start(name, &refs, &opts);
+        fake.update_pod(
+            name,
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+        s
+    };
+    let t0 = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let observer = Observer::start();
+    let mut old: Vec<Sidecar> = (0..3)
+        .map(|i| {
+            start(
+                &format!("{tag}-old-{i}"),
+                "rev-1",
+                t0 + Duration::from_secs(i),
+            )
+        })
+        .collect();
+    for s in &old {
+        observer.watch(s);
+        wait_candidate_ready(s);
+    }
+    let leader = wait_leader(&old.iter().collect::<Vec<_>>());
+    let mut order: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    order.insert(position, leader);
+    let from = Instant::now();
+    let mut new = Vec::new();
+    for (step, &victim) in order.iter().enumerate() {
+        let s = start(
+            &format!("{tag}-new-{step}"),
+            "rev-2",
+            std::time::SystemTime::now(),
+        );
+        observer.watch(&s);
+        wait_candidate_ready(&s);
+        new.push(s);
+        old[victim].terminate();
+        observer.forget(&old[victim]);
+    }
+    thread::sleep(Duration::from_millis(2500));
+    wait_leader(&new.iter().collect::<Vec<_>>());
+    thread::sleep(Duration::from_millis(100));
+    if let Some(both) = observer.overlap() {
+        panic!("two leaders at once during the rollout: {both}");
+    }
+    observer.changes(from)
+}
+
+#[test]
+fn kube_rollout_with_the_default_preference_moves_leadership_exactly_once() {
+    let nodes = redis_cluster(3, TTL);
+    let fake = FakeApi::start();
+    for position in 0..3 {
+        let (changes, gap, leaders) =
+            kube_rollout(&nodes, &fake, &format!("p{position}"), position);
+        report(
+            &format!(
+                "kubernetes (fake API), default prefer, leader terminated at position {position}"
+            ),
+            format!("{changes} change(s), longest gap {gap:?}, leaders {leaders:?}"),
+        );
+        assert_eq!(changes, 1, "position {position}: {leaders:?}");
+        assert!(
+            leaders.last().is_some_and(|l| l.contains("-new-")),
+            "{leaders:?}"
+        );
+    }
+    // Every request the sidecars made is one the chart's Role allows (no new RBAC).
+    fakeapi::assert_allowed_by_shipped_role(&fake.records());
+}
+
+/// The reservation behind the named successor, on a real node through the binary's own scripts:
+/// after a release that names `b`, an attempt by anyone else is denied like a free key (with the
+/// reservation's remaining life) until `b` takes the key or the grace runs out. This is what
+/// keeps a follower whose scheduled retry fires just after the release from winning.
+#[test]
+fn a_graceful_release_reserves_the_key_for_the_named_successor() {
+    use redis::Value;
+    use redlock_elector::redlock::scripts::{ACQUIRE, RELEASE};
+
+    let node = Redis::start();
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{}/", node.port))
+        .and_then(|cl| cl.get_connection())
+        .expect("connect to the test redis-server");
+    let (key, epoch, next) = (
+        "redlock-elector:res",
+        "redlock-elector:res:epoch",
+        "redlock-elector:res:next",
+    );
+    let mut eval = |src: &str, keys: &[&str], args: &[&str]| -> Vec<Value> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(src).arg(keys.len()).arg(keys).arg(args);
+        let v: Value = cmd.query(&mut c).expect("script runs");
+        match v {
+            Value::Array(items) => items[1..].to_vec(),
+            other => panic!("{other:?}"),
+        }
+    };
+    type Eval<'a> = dyn FnMut(&str, &[&str], &[&str]) -> Vec<Value> + 'a;
+    let acquire = |eval: &mut Eval, id: &str| {
+        eval(
+            ACQUIRE,
+            &[key, epoch, next],
+            &[&format!("{id}#1"), "5000", "0", "take", id],
+        )
+    };
+    let release = |eval: &mut Eval, id: &str, successor: &str, grace: &str| {
+        eval(
+            RELEASE,
+            &[key, next],
+            &[&format!("{id}#1"), "", "", successor, grace],
+        )
+    };
+    assert_eq!(acquire(&mut eval, "a")[0], Value::Int(1));
+    assert_eq!(release(&mut eval, "a", "b", "400")[0], Value::Int(1));
+    // Reserved for b: c is denied, with no holder and the reservation's remaining life.
+    let denied = acquire(&mut eval, "c");
+    assert_eq!(denied[0], Value::Int(0), "{denied:?}");
+    assert_eq!(denied[1], Value::BulkString(vec![]), "{denied:?}");
+    assert!(
+        matches!(denied[2], Value::Int(p) if p > 0 && p <= 400),
+        "{denied:?}"
+    );
+    // b takes it, which consumes the reservation.
+    assert_eq!(acquire(&mut eval, "b")[0], Value::Int(1));
+    assert_eq!(node.cli(&["EXISTS", next]).as_deref(), Some("0"));
+    // A release that names nobody reserves nothing.
+    assert_eq!(release(&mut eval, "b", "", "0")[0], Value::Int(1));
+    assert_eq!(acquire(&mut eval, "c")[0], Value::Int(1));
+    // A reservation for a successor that never comes ends with the grace.
+    assert_eq!(release(&mut eval, "c", "gone", "100")[0], Value::Int(1));
+    assert_eq!(acquire(&mut eval, "a")[0], Value::Int(0));
+    thread::sleep(Duration::from_millis(150));
+    assert_eq!(acquire(&mut eval, "a")[0], Value::Int(1));
+}
