@@ -52,10 +52,14 @@
 //! - **Start**: every sidecar has run for 14 units and watched every node's clock, nodes have
 //!   been up for 100 units; no key, epoch 0. A crashed sidecar restarts fresh.
 //!
-//! ## Bounds
-//! Per test below; see `docs/model.md` for the numbers (states, time). `MODEL_HORIZON`,
-//! `MODEL_FAULTS` and `MODEL_THREADS` make the full check deeper; `MODEL_EXPLORER=host:port`
-//! serves Stateright's Explorer on the full model (the `explorer` test, `#[ignore]`d).
+//! ## Bounds and searches
+//! Per test below; `docs/model.md` has the numbers (states, depth, time). A violation is
+//! searched breadth-first (shortest trace); "no violation" is checked depth-first with symmetry
+//! reduction over the nodes ([`system::canonical`]). The checks are `#[ignore]`d in unoptimized
+//! builds (about 5x slower) and run with `cargo test --release --test model` (scripts/test.sh).
+//! `MODEL_HORIZON`, `MODEL_FAULTS`, `MODEL_ROUNDS` and `MODEL_THREADS` make the full check
+//! deeper; `MODEL_EXPLORER=host:port` serves Stateright's Explorer on the full model (the
+//! `explorer` test, `#[ignore]`d).
 
 #[path = "model/system.rs"]
 mod system;
@@ -108,8 +112,16 @@ fn check(label: &str, sys: System, expect_violation: bool) -> Option<String> {
         },
         run.depth,
         elapsed.as_secs_f64(),
-        if run.s1.is_some() { "VIOLATED" } else { "holds" },
-        if run.s2.is_some() { "VIOLATED" } else { "holds" },
+        if run.s1.is_some() {
+            "VIOLATED"
+        } else {
+            "holds"
+        },
+        if run.s2.is_some() {
+            "VIOLATED"
+        } else {
+            "holds"
+        },
         if run.live {
             "reachable"
         } else if expect_violation {
@@ -186,10 +198,55 @@ fn faults(max: u8, set: impl Fn(&mut Faults)) -> Faults {
     f
 }
 
+/// The symmetry reduction is sound only if `canonical` maps the states of one node permutation
+/// class to one representative and keeps every state in its class: a jump or an empty restart
+/// on any one of the three nodes, after A has sent its commands, gives one representative.
+#[test]
+fn canonical_identifies_node_permutations() {
+    use system::{Action, canonical};
+    let sys = System::new(
+        2,
+        faults(2, |f| {
+            f.jump_forward = true;
+            f.node_restart = true;
+        }),
+        Defences::ALL,
+    );
+    let start = sys.init_states().remove(0);
+    let sent = sys
+        .next_state(&start, Action::StartAcquire(0))
+        .expect("A starts");
+    for fault in [
+        |node| Action::Jump {
+            node,
+            forward: true,
+        },
+        Action::NodeRestart,
+    ] {
+        let after: Vec<_> = (0..3)
+            .map(|i| sys.next_state(&sent, fault(i)).expect("a fault"))
+            .collect();
+        assert_ne!(after[0], after[1]);
+        let reps: Vec<_> = after.iter().map(canonical).collect();
+        assert!(reps.iter().all(|r| *r == reps[0]));
+        for (s, r) in after.iter().zip(&reps) {
+            let mut a = s.redis.clone();
+            let mut b = r.redis.clone();
+            a.sort_by_key(|n| format!("{n:?}"));
+            b.sort_by_key(|n| format!("{n:?}"));
+            assert_eq!(a, b, "the representative permutes the nodes, nothing else");
+        }
+    }
+}
+
 /// (1) A node restarts empty after granting A's lease; B wins it and another node. The restart
 /// quarantine holds the node out; so does observe-before-counting (a new run_id starts a new
 /// watch), so the unsafe run switches both off, as `safety_empty_restart` does.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+)]
 fn empty_restart_needs_the_quarantine() {
     let f = faults(1, |f| f.node_restart = true);
     let off = Defences {
@@ -209,7 +266,7 @@ fn empty_restart_needs_the_quarantine() {
 /// Each of the two defences against an empty restart alone suffices within the same bound
 /// (about a minute each, so not in CI).
 #[test]
-#[ignore = "about two minutes"]
+#[ignore = "about half a minute in release; not needed for the acceptance"]
 fn empty_restart_each_defence_alone() {
     let f = faults(1, |f| f.node_restart = true);
     let scenario = |d: Defences| {
@@ -242,6 +299,10 @@ fn empty_restart_each_defence_alone() {
 /// there expire early while A's deadline still runs, and B wins those two nodes. Jump detection
 /// (the clock watch on every reply and every refresh) quarantines them.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+)]
 fn forward_jump_on_a_majority_needs_jump_detection() {
     let f = faults(2, |f| f.jump_forward = true);
     let mut unsafe_sys = System::new(
@@ -261,6 +322,10 @@ fn forward_jump_on_a_majority_needs_jump_detection() {
 /// When A resumes, an answer computed from the flag set at decision time says "leader" until
 /// the elector's timer catches up; `Leadership::at(now)` says no from the first answer.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+)]
 fn pause_needs_answer_time_deadline() {
     let f = faults(1, |f| f.pause = true);
     let mut unsafe_sys = System::new(
@@ -280,6 +345,10 @@ fn pause_needs_answer_time_deadline() {
 /// clock, is 11.1 units of real time later, but the nodes drop its keys after 10 units: B wins
 /// while A still answers "leader".
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+)]
 fn slow_clock_needs_the_drift_term() {
     let f = faults(0, |_| {});
     let mut unsafe_sys = System::new(

@@ -840,7 +840,7 @@ impl Model for System {
                     now: 0,
                     faults: 0,
                     redis: (0..self.nodes)
-                        .map(|i| Redis {
+                        .map(|_| Redis {
                             key: None,
                             epoch: 0,
                             run: 0,
@@ -868,12 +868,12 @@ impl Model for System {
                 // Every sidecar has run for a while: connected, and each node's clock watched
                 // for longer than the window (readings 14 units ago and now).
                 let policy = self.policy();
-                for k in 0..self.sidecars {
+                for (k, rate) in rates.iter().enumerate() {
                     for i in 0..self.nodes {
                         self.handshake(&mut s, k, i);
                         let l = &mut s.sidecars[k].links[i];
                         l.watch = Watch::default();
-                        let per = rates[k].us_per_unit();
+                        let per = rate.us_per_unit();
                         for t in [-14, 0] {
                             let reading = Reading {
                                 node_us: WALL0_US + t * UNIT_US,
@@ -958,10 +958,11 @@ impl Model for System {
                 }
                 _ => {}
             }
-            if let Some(r) = &c.round {
-                if self.clock(s, k) - r.t1_us >= TIMEOUT_US && r.waiting.iter().any(|&w| w) {
-                    actions.push(Action::Timeout(k8));
-                }
+            if let Some(r) = &c.round
+                && self.clock(s, k) - r.t1_us >= TIMEOUT_US
+                && r.waiting.iter().any(|&w| w)
+            {
+                actions.push(Action::Timeout(k8));
             }
         }
     }
@@ -978,10 +979,10 @@ impl Model for System {
                     if s.sidecars[k].paused {
                         continue;
                     }
-                    if let Phase::Leader(lease) = s.sidecars[k].phase {
-                        if self.clock(&s, k) >= lease.deadline_us {
-                            Self::step_down(&mut s, k);
-                        }
+                    if let Phase::Leader(lease) = s.sidecars[k].phase
+                        && self.clock(&s, k) >= lease.deadline_us
+                    {
+                        Self::step_down(&mut s, k);
                     }
                     for i in 0..self.nodes {
                         if s.sidecars[k].links[i].conn {
@@ -1054,11 +1055,11 @@ impl Model for System {
                 let (k, i) = (sidecar as usize, node as usize);
                 let (_, req) = s.sidecars[k].links[i].reqs.pop_front()?;
                 let current = s.sidecars[k].round.as_ref().map(|r| r.id);
-                if let Some(reply) = Self::run_script(&mut s, i, &req) {
-                    if Some(reply.round) == current {
-                        let now = s.now;
-                        s.sidecars[k].links[i].replies.push_back((now, reply));
-                    }
+                if let Some(reply) = Self::run_script(&mut s, i, &req)
+                    && Some(reply.round) == current
+                {
+                    let now = s.now;
+                    s.sidecars[k].links[i].replies.push_back((now, reply));
                 }
             }
             Action::ApplyOrphan { sidecar, node } => {
