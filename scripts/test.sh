@@ -20,6 +20,11 @@ ensure_apt cc gcc               # the harness builds tests/clockshift (an LD_PRE
 echo "== cargo test (unit + integration; real redis-server processes, real binary, real signals)"
 cargo test --locked --all-targets -- --test-threads="${TEST_THREADS:-2}"
 
+# The model check (tests/model.rs, docs/model.md): unoptimized it is about five times slower, so
+# the debug run above lists its checks as ignored and they run here, optimized (about a minute).
+echo "== cargo test --release --test model (stateright model check: four hazards off and on, S1, S2)"
+cargo test --locked --release --test model -- --test-threads=1
+
 if [ "${1:-}" = "--rust" ]; then exit 0; fi
 shopt -s nullglob
 for check in scripts/check-*.sh; do

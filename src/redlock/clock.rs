@@ -15,7 +15,7 @@
 //! monotonic clock from any origin. That keeps the functions usable by a model checker.
 
 /// One reading of a node's wall clock and the local interval it was taken in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Reading {
     /// The node's `TIME`, µs since the Unix epoch.
     pub node_us: i64,
@@ -163,7 +163,8 @@ pub enum Seen {
 }
 
 /// What one sidecar knows of one node's clock, for the server (`run_id`) it last reached.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// (`Hash` for the model check, whose states hold watches.)
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Watch {
     /// The server the readings belong to; a new run_id starts a new watch.
     run_id: Option<String>,

@@ -49,11 +49,13 @@ impl CommandError {
     }
 }
 
-/// Why a node does not count toward a quorum right now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Exclusion {
+/// Why a node does not count toward a quorum right now. Generic over the time type only so the
+/// model check (`tests/model.rs`) can run [`classify_at`] and [`counts_from_at`] on integer time;
+/// the sidecar uses the default, `Instant`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Exclusion<T = Instant> {
     /// Restarted recently (uptime below ttl + 1 s, or run_id changed): until this instant.
-    Restarted { until: Instant },
+    Restarted { until: T },
     /// The node is a replica.
     Replica,
     /// Its maxmemory-policy may evict keys with a TTL.
@@ -170,6 +172,16 @@ pub fn classify(
     ttl: Duration,
     now: Instant,
 ) -> Option<Exclusion> {
+    classify_at(info, previous_run_id, ttl, now)
+}
+
+/// [`classify`] on any time type (the model check runs it on integer µs).
+pub fn classify_at<T: std::ops::Add<Duration, Output = T>>(
+    info: &Info,
+    previous_run_id: Option<&str>,
+    ttl: Duration,
+    now: T,
+) -> Option<Exclusion<T>> {
     if info.role == "slave" || info.role == "replica" {
         return Some(Exclusion::Replica);
     }
@@ -188,6 +200,25 @@ pub fn classify(
         (None, false) => None,
     };
     wait.map(|d| Exclusion::Restarted { until: now + d })
+}
+
+/// From when a yes of a node counts: the later of the end of its restart quarantine (ignored with
+/// the test-only `ignore_quarantine`) and `clock_from`, what its clock watch allows
+/// ([`clock::Watch::counts_from`]); `None` while unknown (no clock reading yet) or never
+/// (replica, evicting). Pure, on any time type: [`Node::counts_from`] and the model check run it.
+pub fn counts_from_at<T: Ord + Copy>(
+    exclusion: Option<&Exclusion<T>>,
+    ignore_quarantine: bool,
+    clock_from: Option<T>,
+) -> Option<T> {
+    let restarted = match exclusion {
+        _ if ignore_quarantine => None,
+        None => None,
+        Some(Exclusion::Restarted { until }) => Some(*until),
+        Some(_) => return None,
+    };
+    let clock = clock_from?;
+    Some(restarted.map_or(clock, |r| r.max(clock)))
 }
 
 /// One Redis master and its connection.
@@ -284,14 +315,11 @@ impl Node {
     /// unknown (no clock reading yet) or never (replica, evicting policy).
     pub fn counts_from(&self) -> Option<Instant> {
         let h = lock(&self.health);
-        let restarted = match &h.exclusion {
-            _ if self.ignore_quarantine => None,
-            None => None,
-            Some(Exclusion::Restarted { until }) => Some(*until),
-            Some(_) => return None,
-        };
-        let clock = instant_of(h.clock.counts_from(&self.clock_policy)?);
-        Some(restarted.map_or(clock, |r| r.max(clock)))
+        counts_from_at(
+            h.exclusion.as_ref(),
+            self.ignore_quarantine,
+            h.clock.counts_from(&self.clock_policy).map(instant_of),
+        )
     }
 
     /// Take a reading of the node's clock; a jump quarantines the node (logged and counted).
@@ -706,6 +734,24 @@ mod tests {
         let ttl = Duration::from_secs(1);
         assert_eq!(classify(&i, Some("abc"), ttl, Instant::now()), None);
         assert_eq!(parse_info("uptime_in_seconds:x\r\n").uptime_secs, 0);
+    }
+
+    #[test]
+    fn counts_from_is_the_later_of_quarantine_and_clock() {
+        let r = Exclusion::Restarted { until: 50 };
+        assert_eq!(counts_from_at(Some(&r), false, Some(20)), Some(50));
+        assert_eq!(counts_from_at(Some(&r), false, Some(70)), Some(70));
+        assert_eq!(counts_from_at(Some(&r), true, Some(20)), Some(20));
+        assert_eq!(counts_from_at(None, false, Some(20)), Some(20));
+        assert_eq!(counts_from_at(Some(&r), false, None), None);
+        assert_eq!(
+            counts_from_at(Some(&Exclusion::Replica), false, Some(1)),
+            None
+        );
+        assert_eq!(
+            counts_from_at(Some(&Exclusion::Replica), true, Some(1)),
+            Some(1)
+        );
     }
 
     #[test]

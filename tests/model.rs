@@ -1,0 +1,436 @@
+//! # A model check of the election (issue 17)
+//!
+//! [Stateright](https://docs.rs/stateright/0.31) explores every interleaving of a small system
+//! — real time, 3 Redis nodes, 2 sidecars, the messages between them and a bounded number of
+//! faults — and checks in every reachable state:
+//!
+//! - **S1** (`always`): no two sidecars answer `is_leader: true` at the same real instant. Each
+//!   sidecar's answer is `Leadership::at(its own clock)`, the function `/leader` calls, so a
+//!   state where two answer "leader" is a real instant inside both of their intervals.
+//! - **S2** (`always`): each newly published term's token exceeds every earlier term's.
+//! - **liveness sanity** (`sometimes`): some state has a leader.
+//!
+//! ## How to read it
+//! - `model/system.rs` is the system: [`system::State`] (what the checker hashes),
+//!   [`system::Action`] (every transition, faults included), and `next_state`. Start with
+//!   `Action`'s variants, then `start_acquire`, `deliver` and `maybe_finish`: they follow
+//!   `Redlock::acquire_inner`, `Node::eval` and `Redlock::renew` line by line.
+//! - This file holds the checks: one test per hazard, each run twice — with the defence off
+//!   (the checker must find the violation; the trace is printed) and on (it must find none
+//!   within the bound) — and one check with every defence on and every fault allowed.
+//!
+//! ## What runs the sidecar's own code
+//! Every decision goes through the functions the binary runs: `math::quorum`, `Tally::decided`
+//! (decide at the quorum-th yes or once a quorum is impossible), `math::validity` and
+//! `math::drift` (validity and deadline), `math::next_token` (the token), `node::parse_info`
+//! and `node::classify_at` (restart quarantine; `classify` is that function on `Instant`),
+//! `node::counts_from_at` (whether a yes counts; `Node::counts_from` calls it),
+//! `clock::Policy::new`, `clock::Watch::observe` / `counts_from` (jump detection, quarantine,
+//! observe-before-counting), and `Leadership::with` / `Leadership::at` (the answer).
+//!
+//! ## What the model approximates
+//! - **The scripts' node-side effects are mirrored**, not run (`System::run_script`): Lua
+//!   cannot run here. ACQUIRE (`SET NX PX` + set-if-greater epoch, probe mode), RENEW (PEXPIRE
+//!   ours / heal a missing key / set-if-greater epoch), RELEASE (token-checked delete).
+//! - **The elector's control flow is modelled**: when to start an attempt or a renewal is free
+//!   (any unit, at most one round start per sidecar per unit — a superset of the jittered
+//!   `retryEvery` and `renewEvery`); a round may time out once a unit has passed on the
+//!   sidecar's clock; a leader's deadline timer fires on the first tick at or after the
+//!   deadline unless the sidecar is paused. The stall watchdog, graceful release, handover
+//!   preference and the release notice are not modelled (none is needed for S1/S2).
+//! - **Time is discrete**: one unit is 1 s, ttl is 10 units, every event happens at a unit
+//!   instant. An overlap shorter than a unit cannot be seen, so `driftFactor` is 0.2 (not 0.01)
+//!   and sidecar clocks run at 0.9, 1 or 1.1 times real time, so that rate drift amounts to
+//!   whole units within a ttl. Node wall clocks run at the real rate between jumps.
+//! - **Messages**: one FIFO connection per sidecar and node (as in production: one multiplexed
+//!   connection, Redis runs its commands in order), reordered freely across connections,
+//!   delayed without bound, replies lost by a fault; release replies and stragglers of a
+//!   finished round are not read. A crashed sidecar's sent commands may still run.
+//! - **Clock readings**: every reply, every handshake, and a refresh of every connected node
+//!   on every unit tick (`Node::maintain` refreshes INFO + TIME every second). Handshakes and
+//!   refreshes read instantly (sent = received).
+//! - **Start**: every sidecar has run for 14 units and watched every node's clock, nodes have
+//!   been up for 100 units; no key, epoch 0. A crashed sidecar restarts fresh.
+//!
+//! ## Bounds and searches
+//! Per test below; `docs/model.md` has the numbers (states, depth, time). A violation is
+//! searched breadth-first (shortest trace); "no violation" is checked depth-first with symmetry
+//! reduction over the nodes ([`system::canonical`]). The checks are `#[ignore]`d in unoptimized
+//! builds (about 5x slower) and run with `cargo test --release --test model` (scripts/test.sh).
+//! `MODEL_HORIZON`, `MODEL_FAULTS`, `MODEL_ROUNDS` and `MODEL_THREADS` make the full check
+//! deeper; `MODEL_EXPLORER=host:port` serves Stateright's Explorer on the full model (the
+//! `explorer` test, `#[ignore]`d).
+
+#[path = "model/system.rs"]
+mod system;
+
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model};
+use system::{Defences, Faults, Rate, System};
+
+const S1: &str = "S1 mutual exclusion";
+const S2: &str = "S2 fencing tokens increase";
+const LIVE: &str = "a leader is reachable";
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn threads() -> usize {
+    env_num("MODEL_THREADS", 2)
+}
+
+/// Check `sys`. With `expect_violation`, search breadth-first (the shortest trace) and stop at
+/// the first failure, returning its trace; otherwise explore everything within the bound,
+/// depth-first with symmetry reduction over the nodes ([`system::canonical`]).
+fn check(label: &str, sys: System, expect_violation: bool) -> Option<String> {
+    let started = Instant::now();
+    let builder = sys.clone().checker().threads(threads());
+    let run = if expect_violation {
+        Run::of(
+            builder
+                .finish_when(HasDiscoveries::AnyFailures)
+                .spawn_bfs()
+                .join(),
+        )
+    } else {
+        Run::of(builder.symmetry_fn(system::canonical).spawn_dfs().join())
+    };
+    let elapsed = started.elapsed();
+    eprintln!(
+        "[model] {label}: {} states ({} unique{}), depth {}, {:.1} s; S1 {}, S2 {}, leader {}",
+        run.states,
+        run.unique,
+        if expect_violation {
+            ""
+        } else {
+            " up to node symmetry"
+        },
+        run.depth,
+        elapsed.as_secs_f64(),
+        if run.s1.is_some() {
+            "VIOLATED"
+        } else {
+            "holds"
+        },
+        if run.s2.is_some() {
+            "VIOLATED"
+        } else {
+            "holds"
+        },
+        if run.live {
+            "reachable"
+        } else if expect_violation {
+            "(search stopped early)"
+        } else {
+            "NOT REACHED"
+        },
+    );
+    let found = run.s1.or(run.s2).map(|steps| {
+        let trace = sys.render(&steps);
+        eprintln!(
+            "[model] {label}: counterexample, {} steps\n{trace}",
+            steps.len() - 1
+        );
+        trace
+    });
+    if !expect_violation {
+        assert!(run.done, "{label}: the search did not finish");
+        assert!(
+            run.live,
+            "{label}: no leader is reachable (the model is vacuous)"
+        );
+    }
+    found
+}
+
+/// What a finished search found (BFS and DFS checkers are different types).
+struct Run {
+    states: usize,
+    unique: usize,
+    depth: usize,
+    done: bool,
+    s1: Option<Vec<(system::State, Option<system::Action>)>>,
+    s2: Option<Vec<(system::State, Option<system::Action>)>>,
+    live: bool,
+}
+
+impl Run {
+    fn of(c: impl Checker<System>) -> Run {
+        Run {
+            states: c.state_count(),
+            unique: c.unique_state_count(),
+            depth: c.max_depth(),
+            done: c.is_done(),
+            s1: c.discovery(S1).map(|p| p.into_vec()),
+            s2: c.discovery(S2).map(|p| p.into_vec()),
+            live: c.discovery(LIVE).is_some(),
+        }
+    }
+}
+
+/// Run a hazard's scenario with its defence off (a violation must be found) and then, within
+/// the same bound, with every defence on (none may be found).
+fn hazard(label: &str, off: System) -> String {
+    let on = System {
+        defences: Defences::ALL,
+        ..off.clone()
+    };
+    let trace = check(&format!("{label}, defence off"), off, true)
+        .unwrap_or_else(|| panic!("{label}: no violation found with the defence off"));
+    assert!(trace.contains("is_leader: true"));
+    if let Some(trace) = check(&format!("{label}, defence on"), on, false) {
+        panic!("{label}: violation with every defence on:\n{trace}");
+    }
+    trace
+}
+
+fn faults(max: u8, set: impl Fn(&mut Faults)) -> Faults {
+    let mut f = Faults {
+        max,
+        ..Faults::default()
+    };
+    set(&mut f);
+    f
+}
+
+/// The symmetry reduction is sound only if `canonical` maps the states of one node permutation
+/// class to one representative and keeps every state in its class: a jump or an empty restart
+/// on any one of the three nodes, after A has sent its commands, gives one representative.
+#[test]
+fn canonical_identifies_node_permutations() {
+    use system::{Action, canonical};
+    let sys = System::new(
+        2,
+        faults(2, |f| {
+            f.jump_forward = true;
+            f.node_restart = true;
+        }),
+        Defences::ALL,
+    );
+    let start = sys.init_states().remove(0);
+    let sent = sys
+        .next_state(&start, Action::StartAcquire(0))
+        .expect("A starts");
+    for fault in [
+        |node| Action::Jump {
+            node,
+            forward: true,
+        },
+        Action::NodeRestart,
+    ] {
+        let after: Vec<_> = (0..3)
+            .map(|i| sys.next_state(&sent, fault(i)).expect("a fault"))
+            .collect();
+        assert_ne!(after[0], after[1]);
+        let reps: Vec<_> = after.iter().map(canonical).collect();
+        assert!(reps.iter().all(|r| *r == reps[0]));
+        for (s, r) in after.iter().zip(&reps) {
+            let mut a = s.redis.clone();
+            let mut b = r.redis.clone();
+            a.sort_by_key(|n| format!("{n:?}"));
+            b.sort_by_key(|n| format!("{n:?}"));
+            assert_eq!(a, b, "the representative permutes the nodes, nothing else");
+        }
+    }
+}
+
+/// (1) A node restarts empty after granting A's lease; B wins it and another node. The restart
+/// quarantine holds the node out; so does observe-before-counting (a new run_id starts a new
+/// watch), so the unsafe run switches both off, as `safety_empty_restart` does.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+)]
+fn empty_restart_needs_the_quarantine() {
+    let f = faults(1, |f| f.node_restart = true);
+    let off = Defences {
+        quarantine: false,
+        clock_check: false,
+        ..Defences::ALL
+    };
+    let scenario = |horizon: u8, d: Defences| {
+        let mut sys = System::new(horizon, f, d);
+        sys.a_first_until = 1;
+        sys.max_rounds = 1;
+        sys
+    };
+    hazard("empty restart, quarantine off", scenario(2, off));
+}
+
+/// Each of the two defences against an empty restart alone suffices within the same bound
+/// (about a minute each, so not in CI).
+#[test]
+#[ignore = "about half a minute in release; not needed for the acceptance"]
+fn empty_restart_each_defence_alone() {
+    let f = faults(1, |f| f.node_restart = true);
+    let scenario = |d: Defences| {
+        let mut sys = System::new(2, f, d);
+        sys.a_first_until = 1;
+        sys.max_rounds = 1;
+        sys
+    };
+    for (what, d) in [
+        (
+            "empty restart, quarantine only",
+            Defences {
+                clock_check: false,
+                ..Defences::ALL
+            },
+        ),
+        (
+            "empty restart, new-run_id watch only",
+            Defences {
+                quarantine: false,
+                ..Defences::ALL
+            },
+        ),
+    ] {
+        assert!(check(what, scenario(d), false).is_none());
+    }
+}
+
+/// (2) After A's acquisition, the wall clocks of two of the three nodes jump forward: A's keys
+/// there expire early while A's deadline still runs, and B wins those two nodes. Jump detection
+/// (the clock watch on every reply and every refresh) quarantines them.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+)]
+fn forward_jump_on_a_majority_needs_jump_detection() {
+    let f = faults(2, |f| f.jump_forward = true);
+    let mut unsafe_sys = System::new(
+        7,
+        f,
+        Defences {
+            clock_check: false,
+            ..Defences::ALL
+        },
+    );
+    unsafe_sys.a_first_until = 7;
+    unsafe_sys.max_rounds = 1;
+    hazard("forward jump on a majority, detection off", unsafe_sys);
+}
+
+/// (3) A leads and is paused; its deadline passes while it sleeps, the keys expire, B wins.
+/// When A resumes, an answer computed from the flag set at decision time says "leader" until
+/// the elector's timer catches up; `Leadership::at(now)` says no from the first answer.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+)]
+fn pause_needs_answer_time_deadline() {
+    let f = faults(1, |f| f.pause = true);
+    let mut unsafe_sys = System::new(
+        11,
+        f,
+        Defences {
+            answer_time: false,
+            ..Defences::ALL
+        },
+    );
+    unsafe_sys.a_first_until = 11;
+    unsafe_sys.max_rounds = 1;
+    hazard("pause, deadline at decision time", unsafe_sys);
+}
+
+/// (4) A's clock runs 10 % slow. Without the drift term its deadline, `T1 + ttl` on its own
+/// clock, is 11.1 units of real time later, but the nodes drop its keys after 10 units: B wins
+/// while A still answers "leader".
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+)]
+fn slow_clock_needs_the_drift_term() {
+    let f = faults(0, |_| {});
+    let mut unsafe_sys = System::new(
+        11,
+        f,
+        Defences {
+            drift_term: false,
+            ..Defences::ALL
+        },
+    );
+    unsafe_sys.rates = vec![vec![Rate::Slow], vec![Rate::Exact]];
+    unsafe_sys.a_first_until = 11;
+    unsafe_sys.max_rounds = 1;
+    hazard("slow clock, drift term off", unsafe_sys);
+}
+
+/// FINDING (every defence on): a reading taken after a long gap hides a jump. The watch compares
+/// two readings with an allowance that grows with the gap between them (`driftFactor` × gap),
+/// and keeps its base across pauses and reconnects. B is paused for 13 units (a partition from
+/// the nodes does the same); meanwhile A renews, and two nodes' clocks jump forward by 4 units
+/// — more than A's drift allowance (2.002), less than B's allowance over the gap (0.2 × 14.3).
+/// The nodes drop A's keys 4 units early; B resumes, its first readings look steady, it wins
+/// them while A still leads. This test pins the finding: it asserts the checker finds the
+/// overlap. Once the watch refuses to vouch across a gap longer than it can bound, flip it.
+/// UNCONFIRMED: the hazard comes from reading `clock::check`; this search (BFS, 3 faults,
+/// horizon 13) did not finish within 200 s here, so it is `#[ignore]`d until it has been run
+/// to the end (`cargo test --release --test model finding -- --ignored --nocapture`).
+#[test]
+#[ignore = "not yet confirmed: its search did not finish within 200 s in this session"]
+fn finding_a_long_gap_between_readings_hides_a_jump() {
+    let f = faults(3, |f| {
+        f.pause = true;
+        f.jump_forward = true;
+    });
+    let mut sys = System::new(13, f, Defences::ALL);
+    sys.rates = vec![vec![Rate::Exact], vec![Rate::Fast]];
+    sys.a_first_until = 13;
+    sys.max_rounds = 2;
+    let trace = check("long gap hides a jump, every defence on", sys, true)
+        .expect("the long-gap hazard is no longer found: has the watch been fixed? flip this test");
+    assert!(trace.contains("is_leader: true"));
+}
+
+/// Every defence on, every fault allowed (up to `MODEL_FAULTS`, default 1), both sidecars free
+/// from the start: S1 and S2 hold, and a leader is reachable. Too large for CI at a useful
+/// horizon (see docs/model.md): `MODEL_HORIZON=3 cargo test --release --test model
+/// all_defences -- --ignored --nocapture`.
+#[test]
+#[ignore = "the deeper, unrestricted check: minutes to hours"]
+fn all_defences_all_faults() {
+    let f = Faults {
+        pause: true,
+        sidecar_crash: true,
+        node_restart: true,
+        reply_loss: true,
+        jump_forward: true,
+        jump_backward: true,
+        max: env_num("MODEL_FAULTS", 1),
+    };
+    let mut sys = System::new(env_num("MODEL_HORIZON", 4), f, Defences::ALL);
+    sys.max_rounds = env_num("MODEL_ROUNDS", 2);
+    if let Some(trace) = check("all defences, all faults", sys, false) {
+        panic!("violation with every defence on:\n{trace}");
+    }
+}
+
+/// Stateright's Explorer on the full model: `MODEL_EXPLORER=localhost:3000 cargo test --release
+/// --test model explorer -- --ignored --nocapture`, then open http://localhost:3000.
+#[test]
+#[ignore = "serves a web UI until interrupted"]
+fn explorer() {
+    let addr = std::env::var("MODEL_EXPLORER").unwrap_or_else(|_| "localhost:3000".into());
+    let f = Faults {
+        pause: true,
+        sidecar_crash: true,
+        node_restart: true,
+        reply_loss: true,
+        jump_forward: true,
+        jump_backward: true,
+        max: env_num("MODEL_FAULTS", 2),
+    };
+    let sys = System::new(env_num("MODEL_HORIZON", 14), f, Defences::ALL);
+    eprintln!("[model] Explorer on http://{addr}");
+    sys.checker().serve(addr);
+}

@@ -1,0 +1,1241 @@
+//! The system the checker explores: real time, N Redis nodes, K sidecars, the links between
+//! them, and the faults. See the module doc of `tests/model.rs` for how to read it.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redlock_elector::leadership::{Leadership, Term};
+use redlock_elector::redlock::clock::{Policy, Reading, Watch};
+use redlock_elector::redlock::math::{self, Tally};
+use redlock_elector::redlock::node::{self, Exclusion};
+use stateright::{Model, Property};
+use tokio::time::Instant;
+
+/// One unit of real time (one `Tick`): 1 s. Every time inside the model is in µs, so the
+/// sidecar's functions run on the numbers they see in production, only coarser.
+pub const UNIT_US: i64 = 1_000_000;
+/// Lease ttl: 10 units.
+pub const TTL: Duration = Duration::from_secs(10);
+/// `driftFactor` of the model: 0.2, so that rate drift amounts to whole units within a ttl (the
+/// product's default, 0.01, would hide below the model's time resolution). The allowance is
+/// then `ttl·0.2 + 2 ms` = 2.002 units.
+pub const DRIFT_FACTOR: f64 = 0.2;
+/// Per-node timeout of a round: after one unit on the sidecar's clock, a round may give up on
+/// the nodes that have not answered.
+pub const TIMEOUT_US: i64 = UNIT_US;
+/// A node's wall clock at real time 0 (before any jump), µs.
+const WALL0_US: i64 = 1_000 * UNIT_US;
+
+/// How fast a sidecar's monotonic clock runs against real time (and the nodes' wall clocks,
+/// which run at the real rate between jumps). 0.9 and 1.1 differ from the nodes' rate by less
+/// than the model's `driftFactor` (also as seen from the node: 1/0.9 < 1.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rate {
+    /// 0.9 units of local time per unit of real time.
+    Slow,
+    /// 1.
+    Exact,
+    /// 1.1.
+    Fast,
+}
+
+impl Rate {
+    fn us_per_unit(self) -> i64 {
+        match self {
+            Rate::Slow => 900_000,
+            Rate::Exact => 1_000_000,
+            Rate::Fast => 1_100_000,
+        }
+    }
+    fn short(self) -> &'static str {
+        match self {
+            Rate::Slow => "0.9x",
+            Rate::Exact => "1x",
+            Rate::Fast => "1.1x",
+        }
+    }
+}
+
+/// The defences, each of which a counterexample test switches off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Defences {
+    /// Restart quarantine (uptime / run_id), `Node::counts_from` with `ignore_quarantine`.
+    pub quarantine: bool,
+    /// Clock-jump detection and observe-before-counting: `Policy.enabled`.
+    pub clock_check: bool,
+    /// `now < deadline` evaluated when answering (`Leadership::at`); off: the answer is the
+    /// published flag, cleared only when the elector's deadline timer runs.
+    pub answer_time: bool,
+    /// The drift term `ttl·driftFactor + 2 ms` in validity and deadline; off: zero.
+    pub drift_term: bool,
+}
+
+impl Defences {
+    /// Everything on, as the binary runs.
+    pub const ALL: Defences = Defences {
+        quarantine: true,
+        clock_check: true,
+        answer_time: true,
+        drift_term: true,
+    };
+}
+
+/// Which faults the adversary may inject, and how many in one behaviour.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// A sidecar stops (SIGSTOP, GC) and later resumes; its clock runs on meanwhile.
+    pub pause: bool,
+    /// A sidecar crashes and restarts as a fresh process.
+    pub sidecar_crash: bool,
+    /// A node crashes and restarts empty (new run_id, uptime 0, no key, no epoch).
+    pub node_restart: bool,
+    /// A reply is lost after the node applied the command.
+    pub reply_loss: bool,
+    /// A node's wall clock steps forward by `jump_units`.
+    pub jump_forward: bool,
+    /// A node's wall clock steps backward by `jump_units`.
+    pub jump_backward: bool,
+    /// At most this many faults per behaviour (resuming is not a fault).
+    pub max: u8,
+}
+
+/// The model: bounds, rates, faults and defences.
+#[derive(Clone, Debug)]
+pub struct System {
+    /// Redis nodes.
+    pub nodes: usize,
+    /// Sidecars.
+    pub sidecars: usize,
+    /// Real time runs from 0 to this many units.
+    pub horizon: u8,
+    /// For each sidecar, the clock rates the checker tries (one initial state per combination).
+    pub rates: Vec<Vec<Rate>>,
+    /// The adversary.
+    pub faults: Faults,
+    /// Size of a wall-clock jump, units.
+    pub jump_units: i64,
+    /// Which defences are on.
+    pub defences: Defences,
+    /// If set, only sidecar 0 (A) may start rounds until real time reaches this unit, so a
+    /// scenario can let A lead first; the checker still explores every interleaving of the rest.
+    pub a_first_until: u8,
+    /// At most this many acquire and renew rounds per sidecar (the bound on its activity).
+    pub max_rounds: u8,
+}
+
+/// The value a sidecar stores in the key: (sidecar, nonce), the nonce new for every round.
+pub type Val = (u8, u16);
+
+/// One Redis node (the server, not the host: its clock offset survives a restart).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Redis {
+    /// The lock key: value and absolute expiry on this node's wall clock (µs).
+    pub key: Option<(Val, i64)>,
+    /// The fencing epoch key.
+    pub epoch: u64,
+    /// Which server: the number of restarts of this node, its `run_id` `r<run>`. A sidecar only
+    /// ever compares a node's run_id with the same node's earlier one, so run_ids need only be
+    /// unique per node; unique across nodes they would break the nodes' symmetry.
+    pub run: u8,
+    /// Wall clock (µs) when the server started, for `INFO` uptime.
+    pub started_us: i64,
+    /// How far this node's wall clock is from `WALL0 + real time` (jumps), µs.
+    pub offset_us: i64,
+}
+
+/// A command on the wire, as the scripts in `src/redlock/scripts.rs` receive it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Req {
+    /// ACQUIRE: `SET NX PX` + set-if-greater epoch (`probe` takes no key).
+    Acquire {
+        round: u16,
+        value: Val,
+        proposed: u64,
+        probe: bool,
+    },
+    /// RENEW: PEXPIRE ours, or heal a lost key with SET NX; set-if-greater epoch on 1 or 2.
+    Renew { round: u16, value: Val, token: u64 },
+    /// RELEASE: token-checked delete (its reply is not modelled).
+    Release { value: Val },
+}
+
+/// What a script answered (the node's `TIME` travels with it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// ACQUIRE granted; the epoch before the write.
+    Granted { epoch: u64 },
+    /// ACQUIRE denied (or probed); the node's epoch.
+    Denied { epoch: u64 },
+    /// RENEW: 1 renewed, 2 healed, 0 someone else's.
+    Renewed(u8),
+}
+
+/// A reply in flight.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reply {
+    /// The round it answers.
+    pub round: u16,
+    /// The node's `TIME`, µs.
+    pub node_us: i64,
+    /// The script's result.
+    pub answer: Answer,
+}
+
+/// One sidecar's connection to one node: FIFO both ways (one TCP connection; Redis runs a
+/// connection's commands in order), and what the handshake and the clock watch learned.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Link {
+    /// A verified connection (handshake done) to the node's current server.
+    pub conn: bool,
+    /// Commands sent (with the unit they were sent in), not yet run by the node.
+    pub reqs: VecDeque<(u8, Req)>,
+    /// Commands of a crashed process of this sidecar: the node may still run them; nobody reads
+    /// the replies.
+    pub orphans: VecDeque<(u8, Req)>,
+    /// Replies not yet read (with the unit they were sent in).
+    pub replies: VecDeque<(u8, Reply)>,
+    /// run_id seen by the last handshake (`Health.run_id`).
+    pub run_id: Option<u8>,
+    /// Restart quarantine from `node::classify` (`Health.exclusion`), local µs.
+    pub exclusion: Option<Exclusion<Us>>,
+    /// The clock watch (`Health.clock`).
+    pub watch: Watch,
+}
+
+/// A lease as the elector holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lease {
+    pub value: Val,
+    pub token: u64,
+    /// Local monotonic µs.
+    pub deadline_us: i64,
+}
+
+/// The elector's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Follower,
+    /// Acquired with a token above the proposal: the first renewal must write it to a quorum
+    /// before the term is published.
+    Confirming(Lease),
+    /// Published: `/leader` says so while `Leadership::at(now)` has a term.
+    Leader(Lease),
+}
+
+/// Which round.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RoundKind {
+    Acquire {
+        value: Val,
+        proposed: u64,
+        /// `Node::counts(t1)` per node.
+        eligible: Vec<bool>,
+    },
+    Renew,
+}
+
+/// An acquire or renew round in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Round {
+    pub id: u16,
+    /// T1, local µs, taken before sending.
+    pub t1_us: i64,
+    pub kind: RoundKind,
+    /// `Tally.yes`, `Tally.not_yes`.
+    pub yes: u8,
+    pub not_yes: u8,
+    /// Nodes whose reply this round still waits for.
+    pub waiting: Vec<bool>,
+    /// Highest epoch in the replies (`Replies.max_epoch`).
+    pub max_epoch: u64,
+}
+
+/// One sidecar process (and its host's monotonic clock).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sidecar {
+    pub rate: Rate,
+    pub paused: bool,
+    /// Nonces and round ids; survives a crash (it only has to be unique).
+    pub seq: u16,
+    /// `Redlock.epoch_seen`.
+    pub epoch_seen: u64,
+    pub links: Vec<Link>,
+    pub phase: Phase,
+    pub round: Option<Round>,
+    /// Real time of the last round started (at most one start per unit).
+    pub last_start: Option<u8>,
+    /// Rounds this sidecar started (the bound `System.max_rounds`; survives a crash).
+    pub rounds: u8,
+}
+
+/// A state of the whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// Real time, units.
+    pub now: u8,
+    /// Faults injected so far.
+    pub faults: u8,
+    pub redis: Vec<Redis>,
+    pub sidecars: Vec<Sidecar>,
+    /// Highest token of any term published so far, and whether a term ever failed to exceed it.
+    pub max_token: u64,
+    pub s2_broken: bool,
+}
+
+/// Integer µs with `+ Duration`, the time type `node::classify_at` runs on here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Us(pub i64);
+
+impl std::ops::Add<Duration> for Us {
+    type Output = Us;
+    fn add(self, d: Duration) -> Us {
+        Us(self.0 + d.as_micros() as i64)
+    }
+}
+
+/// A transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Real time advances one unit; node keys expire; every running sidecar's timers fire
+    /// (step-down at the deadline), it (re)connects and refreshes every node's clock reading,
+    /// as `Node::maintain` does every second.
+    Tick,
+    Pause(u8),
+    Resume(u8),
+    CrashRestart(u8),
+    NodeRestart(u8),
+    Jump {
+        node: u8,
+        forward: bool,
+    },
+    LoseReply {
+        sidecar: u8,
+        node: u8,
+    },
+    StartAcquire(u8),
+    StartRenew(u8),
+    /// The node runs the next command of this sidecar's connection.
+    Apply {
+        sidecar: u8,
+        node: u8,
+    },
+    /// The node runs the next command of this sidecar's crashed predecessor.
+    ApplyOrphan {
+        sidecar: u8,
+        node: u8,
+    },
+    /// The sidecar reads the next reply from this node.
+    Deliver {
+        sidecar: u8,
+        node: u8,
+    },
+    /// The round gives up on the nodes that have not answered.
+    Timeout(u8),
+    /// A resumed leader's deadline timer fires.
+    StepDown(u8),
+}
+
+/// The name of sidecar `k` in traces.
+pub fn name(k: usize) -> char {
+    (b'A' + k as u8) as char
+}
+
+static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// The `Instant` of local µs `us` (shifted so that negative µs still map to an instant).
+fn instant(us: i64) -> Instant {
+    *BASE + Duration::from_micros((us + 1_000 * UNIT_US) as u64)
+}
+
+fn run_id(run: u8) -> String {
+    format!("r{run}")
+}
+
+impl System {
+    /// The defaults: 3 nodes, 2 sidecars, every rate, all defences on.
+    pub fn new(horizon: u8, faults: Faults, defences: Defences) -> Self {
+        System {
+            nodes: 3,
+            sidecars: 2,
+            horizon,
+            rates: vec![vec![Rate::Exact]; 2],
+            faults,
+            jump_units: 4,
+            defences,
+            a_first_until: 0,
+            max_rounds: 4,
+        }
+    }
+
+    fn policy(&self) -> Policy {
+        Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check)
+    }
+
+    fn drift(&self) -> Duration {
+        if self.defences.drift_term {
+            math::drift(TTL, DRIFT_FACTOR)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Sidecar `k`'s monotonic clock, µs: the host's clock, so it runs through pauses and
+    /// process restarts.
+    pub fn clock(&self, s: &State, k: usize) -> i64 {
+        s.now as i64 * s.sidecars[k].rate.us_per_unit()
+    }
+
+    /// Node `i`'s wall clock, µs.
+    pub fn wall(s: &State, i: usize) -> i64 {
+        WALL0_US + s.now as i64 * UNIT_US + s.redis[i].offset_us
+    }
+
+    /// Redis's active expiry, at its worst for us: a key is gone the moment its node's wall
+    /// clock passes its expiry (`now > when`).
+    fn expire(s: &mut State, i: usize) {
+        let wall = Self::wall(s, i);
+        if s.redis[i].key.is_some_and(|(_, exp)| wall > exp) {
+            s.redis[i].key = None;
+        }
+    }
+
+    /// `Node::counts(now)`: whether a yes of node `i` counts for sidecar `k` at local `now_us`.
+    fn counts(&self, l: &Link, now_us: i64) -> bool {
+        node::counts_from_at(
+            l.exclusion.as_ref(),
+            !self.defences.quarantine,
+            l.watch.counts_from(&self.policy()).map(Us),
+        )
+        .is_some_and(|from| Us(now_us) >= from)
+    }
+
+    /// A clock reading, as `Node::observe` takes it (a jump quarantines inside the watch).
+    fn observe(&self, s: &mut State, k: usize, i: usize, sent_us: i64) {
+        let reading = Reading {
+            node_us: Self::wall(s, i),
+            sent_us,
+            received_us: self.clock(s, k),
+        };
+        let run = run_id(s.redis[i].run);
+        let policy = self.policy();
+        s.sidecars[k].links[i].watch.observe(&run, reading, &policy);
+    }
+
+    /// `Node::handshake`: INFO (classify → restart quarantine), then a clock reading.
+    fn handshake(&self, s: &mut State, k: usize, i: usize) {
+        let now_us = self.clock(s, k);
+        let r = &s.redis[i];
+        let uptime = (Self::wall(s, i) - r.started_us).div_euclid(UNIT_US);
+        let info = node::parse_info(&format!(
+            "run_id:{}\r\nuptime_in_seconds:{uptime}\r\nrole:master\r\nmaxmemory_policy:noeviction\r\n",
+            run_id(r.run)
+        ));
+        let run = r.run;
+        let l = &mut s.sidecars[k].links[i];
+        let previous = l.run_id.map(run_id);
+        l.exclusion = node::classify_at(&info, previous.as_deref(), TTL, Us(now_us));
+        l.run_id = Some(run);
+        l.conn = true;
+        self.observe(s, k, i, now_us);
+    }
+
+    fn believes(&self, s: &State, k: usize) -> bool {
+        let c = &s.sidecars[k];
+        let Phase::Leader(lease) = c.phase else {
+            return false;
+        };
+        if c.paused {
+            return false;
+        }
+        if !self.defences.answer_time {
+            return true;
+        }
+        let published = Leadership::default().with(
+            Some(Term {
+                token: lease.token,
+                deadline: instant(lease.deadline_us),
+            }),
+            Some(name(k).to_string()),
+        );
+        published.at(instant(self.clock(s, k))).term.is_some()
+    }
+
+    /// Sidecars answering `is_leader: true` right now.
+    pub fn leaders(&self, s: &State) -> Vec<usize> {
+        (0..self.sidecars)
+            .filter(|&k| self.believes(s, k))
+            .collect()
+    }
+
+    fn publish(s: &mut State, k: usize, lease: Lease, new_term: bool) {
+        s.sidecars[k].phase = Phase::Leader(lease);
+        if new_term {
+            if lease.token <= s.max_token {
+                s.s2_broken = true;
+            }
+            s.max_token = s.max_token.max(lease.token);
+        }
+    }
+
+    /// `Redlock::release`: token-checked delete on every connected node. It runs at once where
+    /// nothing is queued before it on the connection, else behind the queued commands (a late
+    /// `SET` runs first, as in production). A release only ever deletes its own round's value,
+    /// so running it early gives the adversary more, not less.
+    fn release(s: &mut State, k: usize, value: Val) {
+        for i in 0..s.redis.len() {
+            let l = &mut s.sidecars[k].links[i];
+            if !l.conn {
+                continue;
+            }
+            if l.reqs.is_empty() {
+                Self::run_script(s, i, &Req::Release { value });
+            } else {
+                l.reqs.push_back((s.now, Req::Release { value }));
+            }
+        }
+    }
+
+    fn step_down(s: &mut State, k: usize) {
+        if let Phase::Leader(lease) = s.sidecars[k].phase {
+            s.sidecars[k].phase = Phase::Follower;
+            s.sidecars[k].round = None;
+            Self::release(s, k, lease.value);
+        }
+    }
+
+    /// Send a round's commands; a node without a verified connection is `NotConnected` at once.
+    fn start_round(
+        &self,
+        s: &mut State,
+        k: usize,
+        kind: RoundKind,
+        req: impl Fn(u16, usize) -> Req,
+    ) {
+        let t1_us = self.clock(s, k);
+        let c = &mut s.sidecars[k];
+        c.seq += 1;
+        c.rounds += 1;
+        c.last_start = Some(s.now);
+        let id = c.seq;
+        let now = s.now;
+        let mut round = Round {
+            id,
+            t1_us,
+            kind,
+            yes: 0,
+            not_yes: 0,
+            waiting: vec![false; self.nodes],
+            max_epoch: 0,
+        };
+        for (i, l) in c.links.iter_mut().enumerate() {
+            if l.conn {
+                l.reqs.push_back((now, req(id, i)));
+                round.waiting[i] = true;
+            } else {
+                round.not_yes += 1;
+            }
+        }
+        c.round = Some(round);
+        self.maybe_finish(s, k);
+    }
+
+    fn start_acquire(&self, s: &mut State, k: usize) {
+        let now_us = self.clock(s, k);
+        let c = &s.sidecars[k];
+        let value = (k as u8, c.seq + 1);
+        let proposed = c.epoch_seen + 1;
+        let eligible: Vec<bool> = c.links.iter().map(|l| self.counts(l, now_us)).collect();
+        let can_win = eligible.iter().filter(|&&e| e).count() >= math::quorum(self.nodes);
+        let e2 = eligible.clone();
+        self.start_round(
+            s,
+            k,
+            RoundKind::Acquire {
+                value,
+                proposed,
+                eligible,
+            },
+            move |round, i| Req::Acquire {
+                round,
+                value,
+                proposed: if e2[i] && can_win { proposed } else { 0 },
+                probe: !can_win,
+            },
+        );
+    }
+
+    fn start_renew(&self, s: &mut State, k: usize, lease: Lease) {
+        self.start_round(s, k, RoundKind::Renew, move |round, _| Req::Renew {
+            round,
+            value: lease.value,
+            token: lease.token,
+        });
+    }
+
+    fn tally(&self, r: &Round) -> Tally {
+        let mut t = Tally::new(self.nodes);
+        t.yes = r.yes as usize;
+        t.not_yes = r.not_yes as usize;
+        t
+    }
+
+    /// The end of `acquire_inner` / `renew` and what the elector does with the result.
+    fn maybe_finish(&self, s: &mut State, k: usize) {
+        let Some(round) = s.sidecars[k].round.clone() else {
+            return;
+        };
+        let Some(won) = self.tally(&round).decided() else {
+            return;
+        };
+        let now_us = self.clock(s, k);
+        let elapsed = Duration::from_micros((now_us - round.t1_us) as u64);
+        let valid = math::validity(TTL, elapsed, self.drift()).is_some();
+        let deadline_us = round.t1_us + (TTL - self.drift()).as_micros() as i64;
+        let c = &mut s.sidecars[k];
+        c.round = None;
+        // Replies of a finished round are never read: drop them (later ones are not queued).
+        for l in &mut c.links {
+            l.replies.clear();
+        }
+        match round.kind {
+            RoundKind::Acquire {
+                value, proposed, ..
+            } => {
+                if won && valid {
+                    let token = math::next_token(round.max_epoch, c.epoch_seen);
+                    c.epoch_seen = c.epoch_seen.max(token);
+                    let lease = Lease {
+                        value,
+                        token,
+                        deadline_us,
+                    };
+                    if token == proposed {
+                        Self::publish(s, k, lease, true);
+                    } else {
+                        c.phase = Phase::Confirming(lease);
+                        self.start_renew(s, k, lease);
+                    }
+                } else {
+                    c.epoch_seen = c.epoch_seen.max(round.max_epoch);
+                    Self::release(s, k, value);
+                }
+            }
+            RoundKind::Renew => match c.phase {
+                Phase::Leader(mut lease) => {
+                    if won && valid {
+                        lease.deadline_us = lease.deadline_us.max(deadline_us);
+                        Self::publish(s, k, lease, false);
+                    }
+                }
+                Phase::Confirming(mut lease) => {
+                    if won && valid {
+                        lease.deadline_us = lease.deadline_us.max(deadline_us);
+                        Self::publish(s, k, lease, true);
+                    } else {
+                        c.phase = Phase::Follower;
+                        Self::release(s, k, lease.value);
+                    }
+                }
+                Phase::Follower => {}
+            },
+        }
+    }
+
+    /// The node side of the scripts (`src/redlock/scripts.rs`), mirrored: the model cannot run
+    /// Lua. Returns the reply, if the command has one.
+    fn run_script(s: &mut State, i: usize, req: &Req) -> Option<Reply> {
+        let wall = Self::wall(s, i);
+        let ttl_us = TTL.as_micros() as i64;
+        let r = &mut s.redis[i];
+        let (round, answer) = match *req {
+            Req::Acquire {
+                round,
+                value,
+                proposed,
+                probe,
+            } => {
+                let e = r.epoch;
+                if !probe && r.key.is_none() {
+                    r.key = Some((value, wall + ttl_us));
+                    if proposed > e {
+                        r.epoch = proposed;
+                    }
+                    (round, Answer::Granted { epoch: e })
+                } else {
+                    (round, Answer::Denied { epoch: e })
+                }
+            }
+            Req::Renew {
+                round,
+                value,
+                token,
+            } => {
+                let res = match r.key {
+                    Some((v, _)) if v == value => 1,
+                    None => 2,
+                    Some(_) => 0,
+                };
+                if res != 0 {
+                    r.key = Some((value, wall + ttl_us));
+                    if token > r.epoch {
+                        r.epoch = token;
+                    }
+                }
+                (round, Answer::Renewed(res))
+            }
+            Req::Release { value } => {
+                if r.key.is_some_and(|(v, _)| v == value) {
+                    r.key = None;
+                }
+                return None;
+            }
+        };
+        Some(Reply {
+            round,
+            node_us: wall,
+            answer,
+        })
+    }
+
+    /// The sidecar reads a reply: the clock reading first (`Node::eval`), then the vote.
+    fn deliver(&self, s: &mut State, k: usize, i: usize) {
+        let Some((_, reply)) = s.sidecars[k].links[i].replies.pop_front() else {
+            return;
+        };
+        let Some(round) = s.sidecars[k].round.clone() else {
+            return;
+        };
+        if round.id != reply.round || !round.waiting[i] {
+            return; // a straggler of a finished round: dropped unread
+        }
+        let now_us = self.clock(s, k);
+        let reading = Reading {
+            node_us: reply.node_us,
+            sent_us: round.t1_us,
+            received_us: now_us,
+        };
+        let run = run_id(s.redis[i].run);
+        let policy = self.policy();
+        s.sidecars[k].links[i].watch.observe(&run, reading, &policy);
+        let counts = self.counts(&s.sidecars[k].links[i], now_us);
+        let r = s.sidecars[k].round.as_mut().unwrap();
+        r.waiting[i] = false;
+        let yes = match (&r.kind, &reply.answer) {
+            (RoundKind::Acquire { eligible, .. }, Answer::Granted { epoch }) => {
+                r.max_epoch = r.max_epoch.max(*epoch);
+                eligible[i] && counts
+            }
+            (RoundKind::Acquire { .. }, Answer::Denied { epoch }) => {
+                r.max_epoch = r.max_epoch.max(*epoch);
+                false
+            }
+            (RoundKind::Renew, Answer::Renewed(1 | 2)) => counts,
+            _ => false,
+        };
+        if yes {
+            r.yes += 1;
+        } else {
+            r.not_yes += 1;
+        }
+        self.maybe_finish(s, k);
+    }
+
+    /// Bounded delay: a command runs, and a reply is read (or lost), before real time moves
+    /// more than one unit past its sending; replies to a paused sidecar wait for it. A running
+    /// sidecar gives up on a round (per-node timeout) before its clock moves a unit past it.
+    /// Without this bound a reply could arrive any number of units late, which only lengthens
+    /// traces: validity is computed from T1, whenever the reply comes.
+    fn time_may_pass(&self, s: &State) -> bool {
+        s.sidecars.iter().enumerate().all(|(k, c)| {
+            let links_ok = c.links.iter().all(|l| {
+                l.reqs
+                    .iter()
+                    .chain(l.orphans.iter())
+                    .all(|(at, _)| *at >= s.now)
+                    && (c.paused || l.replies.iter().all(|(at, _)| *at >= s.now))
+            });
+            let round_ok = c.paused
+                || c.round
+                    .as_ref()
+                    .is_none_or(|r| self.clock(s, k) - r.t1_us < TIMEOUT_US);
+            links_ok && round_ok
+        })
+    }
+
+    fn fault_ok(&self, s: &State) -> bool {
+        s.faults < self.faults.max
+    }
+}
+
+/// The nodes are interchangeable: nothing in the system depends on a node's index (run_ids
+/// travel with the node's data). This maps a state to one representative of its class under
+/// every permutation of the nodes, for the checker's symmetry reduction: the nodes sorted by a
+/// hash of everything that belongs to them (the server, every sidecar's link to it, every
+/// round's per-node fields). Two states that differ only by a permutation get the same
+/// representative unless two different nodes' data hash alike, which costs reduction, never
+/// soundness: the representative is always a permutation of the state.
+pub fn canonical(s: &State) -> State {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let n = s.redis.len();
+    let key = |i: usize| {
+        let mut h = DefaultHasher::new();
+        s.redis[i].hash(&mut h);
+        for c in &s.sidecars {
+            c.links[i].hash(&mut h);
+            if let Some(r) = &c.round {
+                r.waiting[i].hash(&mut h);
+                if let RoundKind::Acquire { eligible, .. } = &r.kind {
+                    eligible[i].hash(&mut h);
+                }
+            }
+        }
+        h.finish()
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_cached_key(|&i| key(i));
+    if order.iter().enumerate().all(|(j, &i)| i == j) {
+        return s.clone();
+    }
+    fn permute<T: Clone>(v: &mut Vec<T>, order: &[usize]) {
+        *v = order.iter().map(|&i| v[i].clone()).collect();
+    }
+    let mut out = s.clone();
+    permute(&mut out.redis, &order);
+    for c in &mut out.sidecars {
+        permute(&mut c.links, &order);
+        if let Some(r) = &mut c.round {
+            permute(&mut r.waiting, &order);
+            if let RoundKind::Acquire { eligible, .. } = &mut r.kind {
+                permute(eligible, &order);
+            }
+        }
+    }
+    out
+}
+
+impl Model for System {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let mut combos: Vec<Vec<Rate>> = vec![vec![]];
+        for allowed in &self.rates {
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    allowed.iter().map(move |r| {
+                        let mut c = c.clone();
+                        c.push(*r);
+                        c
+                    })
+                })
+                .collect();
+        }
+        combos
+            .into_iter()
+            .map(|rates| {
+                let mut s = State {
+                    now: 0,
+                    faults: 0,
+                    redis: (0..self.nodes)
+                        .map(|_| Redis {
+                            key: None,
+                            epoch: 0,
+                            run: 0,
+                            started_us: WALL0_US - 100 * UNIT_US,
+                            offset_us: 0,
+                        })
+                        .collect(),
+                    sidecars: rates
+                        .iter()
+                        .map(|&rate| Sidecar {
+                            rate,
+                            paused: false,
+                            seq: 0,
+                            epoch_seen: 0,
+                            links: vec![Link::default(); self.nodes],
+                            phase: Phase::Follower,
+                            round: None,
+                            last_start: None,
+                            rounds: 0,
+                        })
+                        .collect(),
+                    max_token: 0,
+                    s2_broken: false,
+                };
+                // Every sidecar has run for a while: connected, and each node's clock watched
+                // for longer than the window (readings 14 units ago and now).
+                let policy = self.policy();
+                for (k, rate) in rates.iter().enumerate() {
+                    for i in 0..self.nodes {
+                        self.handshake(&mut s, k, i);
+                        let l = &mut s.sidecars[k].links[i];
+                        l.watch = Watch::default();
+                        let per = rate.us_per_unit();
+                        for t in [-14, 0] {
+                            let reading = Reading {
+                                node_us: WALL0_US + t * UNIT_US,
+                                sent_us: t * per,
+                                received_us: t * per,
+                            };
+                            l.watch.observe(&run_id(0), reading, &policy);
+                        }
+                    }
+                }
+                s
+            })
+            .collect()
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if s.now < self.horizon && self.time_may_pass(s) {
+            actions.push(Action::Tick);
+        }
+        let f = self.faults;
+        let fault = self.fault_ok(s);
+        for i in 0..self.nodes {
+            let i8 = i as u8;
+            if fault && f.node_restart {
+                actions.push(Action::NodeRestart(i8));
+            }
+            if fault && f.jump_forward {
+                actions.push(Action::Jump {
+                    node: i8,
+                    forward: true,
+                });
+            }
+            if fault && f.jump_backward {
+                actions.push(Action::Jump {
+                    node: i8,
+                    forward: false,
+                });
+            }
+        }
+        for (k, c) in s.sidecars.iter().enumerate() {
+            let k8 = k as u8;
+            if c.paused {
+                actions.push(Action::Resume(k8));
+            } else if fault && f.pause {
+                actions.push(Action::Pause(k8));
+            }
+            if fault && f.sidecar_crash {
+                actions.push(Action::CrashRestart(k8));
+            }
+            for (i, l) in c.links.iter().enumerate() {
+                let (sidecar, node) = (k8, i as u8);
+                if !l.reqs.is_empty() {
+                    actions.push(Action::Apply { sidecar, node });
+                }
+                if !l.orphans.is_empty() {
+                    actions.push(Action::ApplyOrphan { sidecar, node });
+                }
+                if !l.replies.is_empty() {
+                    if !c.paused {
+                        actions.push(Action::Deliver { sidecar, node });
+                    }
+                    if fault && f.reply_loss {
+                        actions.push(Action::LoseReply { sidecar, node });
+                    }
+                }
+            }
+            if c.paused {
+                continue;
+            }
+            let may_start = c.round.is_none()
+                && c.last_start != Some(s.now)
+                && c.rounds < self.max_rounds
+                && (k == 0 || s.now >= self.a_first_until);
+            match c.phase {
+                Phase::Follower if may_start => actions.push(Action::StartAcquire(k8)),
+                Phase::Leader(lease) => {
+                    if self.clock(s, k) >= lease.deadline_us {
+                        actions.push(Action::StepDown(k8));
+                    } else if may_start {
+                        actions.push(Action::StartRenew(k8));
+                    }
+                }
+                _ => {}
+            }
+            if let Some(r) = &c.round
+                && self.clock(s, k) - r.t1_us >= TIMEOUT_US
+                && r.waiting.iter().any(|&w| w)
+            {
+                actions.push(Action::Timeout(k8));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Tick => {
+                s.now += 1;
+                for i in 0..self.nodes {
+                    Self::expire(&mut s, i);
+                }
+                for k in 0..self.sidecars {
+                    if s.sidecars[k].paused {
+                        continue;
+                    }
+                    if let Phase::Leader(lease) = s.sidecars[k].phase
+                        && self.clock(&s, k) >= lease.deadline_us
+                    {
+                        Self::step_down(&mut s, k);
+                    }
+                    for i in 0..self.nodes {
+                        if s.sidecars[k].links[i].conn {
+                            let now_us = self.clock(&s, k);
+                            self.observe(&mut s, k, i, now_us);
+                        } else {
+                            self.handshake(&mut s, k, i);
+                        }
+                    }
+                }
+            }
+            Action::Pause(k) => {
+                s.faults += 1;
+                s.sidecars[k as usize].paused = true;
+            }
+            Action::Resume(k) => s.sidecars[k as usize].paused = false,
+            Action::CrashRestart(k) => {
+                s.faults += 1;
+                let c = &mut s.sidecars[k as usize];
+                c.paused = false;
+                c.epoch_seen = 0;
+                c.phase = Phase::Follower;
+                c.round = None;
+                c.last_start = None;
+                for l in &mut c.links {
+                    let mut orphans = std::mem::take(&mut l.orphans);
+                    orphans.extend(l.reqs.drain(..));
+                    *l = Link {
+                        orphans,
+                        ..Link::default()
+                    };
+                }
+            }
+            Action::NodeRestart(i) => {
+                s.faults += 1;
+                let i = i as usize;
+                let wall = Self::wall(&s, i);
+                let r = &mut s.redis[i];
+                r.key = None;
+                r.epoch = 0;
+                r.run += 1;
+                r.started_us = wall;
+                for c in &mut s.sidecars {
+                    let l = &mut c.links[i];
+                    l.conn = false;
+                    l.reqs.clear();
+                    l.orphans.clear();
+                    l.replies.clear();
+                }
+            }
+            Action::Jump { node, forward } => {
+                s.faults += 1;
+                let step = self.jump_units * UNIT_US;
+                s.redis[node as usize].offset_us += if forward { step } else { -step };
+                Self::expire(&mut s, node as usize);
+            }
+            Action::LoseReply { sidecar, node } => {
+                s.faults += 1;
+                s.sidecars[sidecar as usize].links[node as usize]
+                    .replies
+                    .pop_front();
+            }
+            Action::StartAcquire(k) => self.start_acquire(&mut s, k as usize),
+            Action::StartRenew(k) => {
+                if let Phase::Leader(lease) = s.sidecars[k as usize].phase {
+                    self.start_renew(&mut s, k as usize, lease);
+                }
+            }
+            Action::Apply { sidecar, node } => {
+                let (k, i) = (sidecar as usize, node as usize);
+                let (_, req) = s.sidecars[k].links[i].reqs.pop_front()?;
+                let current = s.sidecars[k].round.as_ref().map(|r| r.id);
+                if let Some(reply) = Self::run_script(&mut s, i, &req)
+                    && Some(reply.round) == current
+                {
+                    let now = s.now;
+                    s.sidecars[k].links[i].replies.push_back((now, reply));
+                }
+            }
+            Action::ApplyOrphan { sidecar, node } => {
+                let (k, i) = (sidecar as usize, node as usize);
+                let (_, req) = s.sidecars[k].links[i].orphans.pop_front()?;
+                Self::run_script(&mut s, i, &req);
+            }
+            Action::Deliver { sidecar, node } => {
+                self.deliver(&mut s, sidecar as usize, node as usize)
+            }
+            Action::Timeout(k) => {
+                let k = k as usize;
+                if let Some(r) = s.sidecars[k].round.as_mut() {
+                    for w in r.waiting.iter_mut().filter(|w| **w) {
+                        *w = false;
+                        r.not_yes += 1;
+                    }
+                }
+                self.maybe_finish(&mut s, k);
+            }
+            Action::StepDown(k) => Self::step_down(&mut s, k as usize),
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("S1 mutual exclusion", |m: &System, s: &State| {
+                m.leaders(s).len() <= 1
+            }),
+            Property::always("S2 fencing tokens increase", |_, s: &State| !s.s2_broken),
+            Property::sometimes("a leader is reachable", |m: &System, s: &State| {
+                !m.leaders(s).is_empty()
+            }),
+        ]
+    }
+
+    fn within_boundary(&self, s: &State) -> bool {
+        s.now <= self.horizon
+    }
+}
+
+impl System {
+    /// One line per sidecar and node: what a reader of a trace needs.
+    pub fn describe(&self, s: &State) -> String {
+        let units = |us: i64| format!("{:.3}", us as f64 / UNIT_US as f64);
+        let leaders = self.leaders(s);
+        let mut out = format!("  real time {}", s.now);
+        if s.faults > 0 {
+            let _ = write!(out, ", {} fault(s) so far", s.faults);
+        }
+        out.push('\n');
+        for (k, c) in s.sidecars.iter().enumerate() {
+            let _ = write!(
+                out,
+                "    {} clock {} ({}){}: ",
+                name(k),
+                units(self.clock(s, k)),
+                c.rate.short(),
+                if c.paused { " PAUSED" } else { "" }
+            );
+            match c.phase {
+                Phase::Follower => out.push_str("follower"),
+                Phase::Confirming(l) => {
+                    let _ = write!(out, "confirming token {}", l.token);
+                }
+                Phase::Leader(l) => {
+                    let _ = write!(
+                        out,
+                        "leader, token {}, deadline {}",
+                        l.token,
+                        units(l.deadline_us)
+                    );
+                }
+            }
+            if leaders.contains(&k) {
+                out.push_str(" => answers is_leader: true");
+            }
+            if let Some(r) = &c.round {
+                let kind = match r.kind {
+                    RoundKind::Acquire { .. } => "acquire",
+                    RoundKind::Renew => "renew",
+                };
+                let _ = write!(
+                    out,
+                    "; {kind} round T1 {} yes {} not {}",
+                    units(r.t1_us),
+                    r.yes,
+                    r.not_yes
+                );
+            }
+            let counting: String = c
+                .links
+                .iter()
+                .map(|l| {
+                    if self.counts(l, self.clock(s, k)) {
+                        '+'
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            let _ = writeln!(out, "; counts nodes [{counting}]");
+        }
+        for (i, r) in s.redis.iter().enumerate() {
+            let wall = Self::wall(s, i) - WALL0_US;
+            let _ = write!(out, "    node {i} (run r{}) wall {}", r.run, units(wall));
+            match r.key {
+                Some(((k, n), exp)) => {
+                    let _ = write!(
+                        out,
+                        ", key {}#{n} until {}",
+                        name(k as usize),
+                        units(exp - WALL0_US)
+                    );
+                }
+                None => out.push_str(", no key"),
+            }
+            let _ = writeln!(out, ", epoch {}", r.epoch);
+        }
+        out
+    }
+
+    /// A trace, step by step.
+    pub fn render(&self, path: &[(State, Option<Action>)]) -> String {
+        let mut out = String::new();
+        for (n, (state, action)) in path.iter().enumerate() {
+            if n == 0 {
+                out.push_str("initial state\n");
+                out.push_str(&self.describe(state));
+            }
+            if let Some(a) = action {
+                let next = self.next_state(state, *a).expect("replayable");
+                let _ = writeln!(out, "{:>3}. {}", n + 1, self.format(*a));
+                if !matches!(a, Action::Apply { .. } | Action::ApplyOrphan { .. })
+                    || n + 2 == path.len()
+                {
+                    out.push_str(&self.describe(&next));
+                }
+            }
+        }
+        out
+    }
+
+    fn format(&self, a: Action) -> String {
+        let n = |k: u8| name(k as usize);
+        match a {
+            Action::Tick => "time passes one unit".into(),
+            Action::Pause(k) => format!("FAULT: {} is paused", n(k)),
+            Action::Resume(k) => format!("{} resumes", n(k)),
+            Action::CrashRestart(k) => format!("FAULT: {} crashes and restarts", n(k)),
+            Action::NodeRestart(i) => format!("FAULT: node {i} restarts empty"),
+            Action::Jump { node, forward } => format!(
+                "FAULT: node {node}'s wall clock jumps {} {} units",
+                if forward { "forward" } else { "backward" },
+                self.jump_units
+            ),
+            Action::LoseReply { sidecar, node } => {
+                format!("FAULT: node {node}'s reply to {} is lost", n(sidecar))
+            }
+            Action::StartAcquire(k) => format!("{} starts an acquire round", n(k)),
+            Action::StartRenew(k) => format!("{} starts a renewal", n(k)),
+            Action::Apply { sidecar, node } => {
+                format!("node {node} runs {}'s next command", n(sidecar))
+            }
+            Action::ApplyOrphan { sidecar, node } => {
+                format!(
+                    "node {node} runs a command of {}'s crashed process",
+                    n(sidecar)
+                )
+            }
+            Action::Deliver { sidecar, node } => {
+                format!("{} reads node {node}'s reply", n(sidecar))
+            }
+            Action::Timeout(k) => format!("{}'s round times out", n(k)),
+            Action::StepDown(k) => format!("{}'s deadline timer fires: steps down", n(k)),
+        }
+    }
+}
