@@ -365,19 +365,22 @@ fn slow_clock_needs_the_drift_term() {
     hazard("slow clock, drift term off", unsafe_sys);
 }
 
-/// FINDING (every defence on): a reading taken after a long gap hides a jump. The watch compares
-/// two readings with an allowance that grows with the gap between them (`driftFactor` × gap),
-/// and keeps its base across pauses and reconnects. B is paused for 13 units (a partition from
-/// the nodes does the same); meanwhile A renews, and two nodes' clocks jump forward by 4 units
-/// — more than A's drift allowance (2.002), less than B's allowance over the gap (0.2 × 14.3).
-/// The nodes drop A's keys 4 units early; B resumes, its first readings look steady, it wins
-/// them while A still leads. This test pins the finding: it asserts the checker finds the
-/// overlap. Once the watch refuses to vouch across a gap longer than it can bound, flip it.
-/// UNCONFIRMED: the hazard comes from reading `clock::check`; this search (BFS, 3 faults,
-/// horizon 13) did not finish within 200 s here, so it is `#[ignore]`d until it has been run
+/// FINDING, now fixed in `clock::Watch::observe`: a reading taken after a long gap hid a jump.
+/// The watch compares two readings with an allowance that grows with the gap between them
+/// (`driftFactor` × gap). B is paused for 13 units (a partition from the nodes does the same);
+/// meanwhile A renews, and two nodes' clocks jump forward by 4 units — more than A's drift
+/// allowance (2.002), less than B's allowance over the gap (0.2 × 14.3). The nodes drop A's keys
+/// 4 units early; B resumes, its first readings look steady, it wins them while A still leads.
+/// The binary now starts the watch again after a gap longer than the window
+/// (`Policy.rewatch_after_gap`); the model runs with that off (`Defences.rewatch`: it has no
+/// background clock refresh), and this test asserts the checker finds the overlap. Checking the
+/// fix itself needs the refresh modelled: the next step for the model.
+/// UNCONFIRMED by the checker: the hazard comes from reading `clock::check` (and is shown by
+/// `clock::tests::without_rewatching_a_long_gap_hides_a_step`); this search (BFS, 3 faults,
+/// horizon 13) did not finish within 240 s here, so it is `#[ignore]`d until it has been run
 /// to the end (`cargo test --release --test model finding -- --ignored --nocapture`).
 #[test]
-#[ignore = "not yet confirmed: its search did not finish within 200 s in this session"]
+#[ignore = "not yet confirmed: its search did not finish within 240 s here"]
 fn finding_a_long_gap_between_readings_hides_a_jump() {
     let f = faults(3, |f| {
         f.pause = true;
@@ -387,8 +390,8 @@ fn finding_a_long_gap_between_readings_hides_a_jump() {
     sys.rates = vec![vec![Rate::Exact], vec![Rate::Fast]];
     sys.a_first_until = 13;
     sys.max_rounds = 2;
-    let trace = check("long gap hides a jump, every defence on", sys, true)
-        .expect("the long-gap hazard is no longer found: has the watch been fixed? flip this test");
+    let trace = check("long gap hides a jump, rewatch off", sys, true)
+        .expect("the long-gap hazard is not found with rewatching off");
     assert!(trace.contains("is_leader: true"));
 }
 

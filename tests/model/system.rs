@@ -70,15 +70,22 @@ pub struct Defences {
     pub answer_time: bool,
     /// The drift term `ttl·driftFactor + 2 ms` in validity and deadline; off: zero.
     pub drift_term: bool,
+    /// A reading after a gap longer than the window starts the watch again
+    /// (`Policy.rewatch_after_gap`); off: it is compared like any other. Off in every check:
+    /// the model has no background clock refresh (the binary reads each connected node's clock
+    /// every third of the window), so with it on the model's nodes would stop counting between
+    /// rounds. Off only lets more votes count, so S1 holding with it off is the stronger result.
+    pub rewatch: bool,
 }
 
 impl Defences {
-    /// Everything on, as the binary runs.
+    /// Everything on, as the binary runs, except `rewatch` (see there).
     pub const ALL: Defences = Defences {
         quarantine: true,
         clock_check: true,
         answer_time: true,
         drift_term: true,
+        rewatch: false,
     };
 }
 
@@ -370,7 +377,10 @@ impl System {
     }
 
     fn policy(&self) -> Policy {
-        Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check)
+        Policy {
+            rewatch_after_gap: self.defences.rewatch,
+            ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check)
+        }
     }
 
     fn drift(&self) -> Duration {
