@@ -562,7 +562,7 @@ async fn patch_status(pods: &Api<Pod>, name: &str, ip: &str, host_ip: &str, read
             {"type": "Ready", "status": r, "lastTransitionTime": now},
         ],
     }});
-    for _ in 0..50 {
+    for attempt in 0..50 {
         match pods
             .patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
             .await
@@ -570,7 +570,9 @@ async fn patch_status(pods: &Api<Pod>, name: &str, ip: &str, host_ip: &str, read
             Ok(_) => return,
             Err(kube::Error::Api(s)) if s.code == 404 => return,
             Err(e) => {
-                eprintln!("stand-in kubelet: status of {name}: {e}");
+                if attempt == 0 {
+                    eprintln!("stand-in kubelet: status of {name}: {e}; retrying");
+                }
                 tokio::time::sleep(Duration::from_millis(200)).await
             }
         }
