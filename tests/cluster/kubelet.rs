@@ -150,6 +150,11 @@ impl Kubelet {
         v
     }
 
+    /// The shared table of pods, for an observer thread.
+    pub fn runs(&self) -> Arc<Mutex<HashMap<String, PodRun>>> {
+        self.runs.clone()
+    }
+
     pub fn pod(&self, name: &str) -> PodRun {
         self.runs
             .lock()

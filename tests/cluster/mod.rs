@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod kubelet;
+pub mod release;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
