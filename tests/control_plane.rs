@@ -24,7 +24,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 #[test]
-fn election_with_three_pods_on_a_real_server() {
+fn cp_election_with_three_pods_on_a_real_server() {
     let cp = ControlPlane::up();
     let nodes = redis_cluster(3, TTL);
     let t0 = Instant::now();
@@ -135,7 +135,7 @@ fn election_with_three_pods_on_a_real_server() {
 }
 
 #[test]
-fn a_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
+fn cp_a_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
     let cp = ControlPlane::up();
     let nodes = redis_cluster(3, TTL);
     let rel = Release::install(&cp, "rbac", &nodes, 3, "");
@@ -232,7 +232,7 @@ fn a_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
 }
 
 #[test]
-fn an_apiserver_outage_leaves_the_election_alone_and_the_labels_converge() {
+fn cp_an_apiserver_outage_leaves_the_election_alone_and_the_labels_converge() {
     let cp = ControlPlane::up();
     let nodes = redis_cluster(3, TTL);
     let rel = Release::install(&cp, "outage", &nodes, 3, "");
@@ -270,7 +270,7 @@ fn an_apiserver_outage_leaves_the_election_alone_and_the_labels_converge() {
 }
 
 #[test]
-fn the_plain_manifests_pass_the_real_servers_validation() {
+fn cp_the_plain_manifests_pass_the_real_servers_validation() {
     let cp = ControlPlane::up();
     let example = cluster::repo().join("manifests/example");
     let example = example.to_str().unwrap();

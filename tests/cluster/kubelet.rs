@@ -8,7 +8,8 @@
 //! - runs it with the container's rendered args and env (`POD_NAME`/`POD_NAMESPACE` from the
 //!   downward API), the ConfigMap volume's files, and a kubeconfig holding a token from the
 //!   TokenRequest API for the pod's ServiceAccount, bound to the pod, as kubelet mounts one;
-//! - patches status Running, and Ready once the container's readiness probe path answers 200;
+//! - patches status Running, and Ready once the container's readiness probe path answers 200
+//!   (probed every startupProbe.periodSeconds, as kubelet does until the startup probe passes);
 //! - restarts an exited sidecar after 10 s (restartPolicy Always, kubelet's first back-off);
 //! - on deletion (deletionTimestamp): SIGTERM, the grace period, SIGKILL, then the final delete.
 //!
@@ -443,6 +444,13 @@ async fn run_pod(
         .and_then(|p| p.http_get.as_ref())
         .and_then(|h| h.path.clone())
         .unwrap_or_else(|| "/readyz".into());
+    // kubelet probes the startup probe every periodSeconds until it succeeds, then readiness.
+    let probe_every = c
+        .startup_probe
+        .as_ref()
+        .or(c.readiness_probe.as_ref())
+        .and_then(|p| p.period_seconds)
+        .map_or(POLL, |s| Duration::from_secs(s as u64));
     let log = pod_dir.join("sidecar.log");
     runs.lock().unwrap().insert(
         uid.clone(),
@@ -506,7 +514,7 @@ async fn run_pod(
                     set_pid(None);
                     break 'restarts;
                 }
-                _ = tokio::time::sleep(POLL), if !ready => {
+                _ = tokio::time::sleep(probe_every), if !ready => {
                     if probe(&bind, ops_port, &ready_path).await {
                         ready = true;
                         patch_status(&pods, &name, &ip, &host_ip, true).await;
