@@ -212,7 +212,7 @@ fn cp_a_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
     assert_eq!(sidecar_leader(&rel.live()), Some(second.clone()));
     assert!(pod.view().unwrap().is_leader);
     // What a missing verb costs: the stale label cannot be found, so the new leader's is not set.
-    assert_eq!(labelled_leaders(&cp, &rel.ns), [first.clone()]);
+    assert_eq!(labelled_leaders(&cp, &rel.ns), std::slice::from_ref(&first));
 
     // The verb back: the label converges on the leader by itself.
     let restore =

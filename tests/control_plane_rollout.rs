@@ -27,16 +27,21 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 
+/// Who led (one sidecar answering `is_leader`, else none) at each sample.
+type Samples = Arc<Mutex<Vec<(Instant, Option<String>)>>>;
+/// The ready addresses of a Service's EndpointSlices after each change a watch saw.
+type SliceLog = Arc<Mutex<Vec<(Instant, BTreeSet<String>)>>>;
+
 /// Polls every pod's `/leader` and records who leads, over time.
 struct Observer {
-    samples: Arc<Mutex<Vec<(Instant, Option<String>)>>>,
+    samples: Samples,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Observer {
     fn start(pods: impl Fn() -> Vec<PodRun> + Send + 'static) -> Observer {
-        let samples: Arc<Mutex<Vec<(Instant, Option<String>)>>> = Default::default();
+        let samples: Samples = Default::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (samples.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
@@ -248,12 +253,8 @@ fn settle(cp: &ControlPlane, rel: &Release) {
 }
 
 /// The ready addresses of the Service's EndpointSlices, as a watch sees them.
-fn watch_endpoints(
-    cp: &ControlPlane,
-    ns: &str,
-    service: &str,
-) -> Arc<Mutex<Vec<(Instant, BTreeSet<String>)>>> {
-    let seen: Arc<Mutex<Vec<(Instant, BTreeSet<String>)>>> = Default::default();
+fn watch_endpoints(cp: &ControlPlane, ns: &str, service: &str) -> SliceLog {
+    let seen: SliceLog = Default::default();
     let api: Api<EndpointSlice> = Api::namespaced(cp.client.clone(), ns);
     let selector = format!("kubernetes.io/service-name={service}");
     let rv = cp

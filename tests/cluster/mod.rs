@@ -7,6 +7,7 @@
 //! the fake records and asserts every request. Everything else runs here.
 #![allow(dead_code)]
 
+mod container;
 pub mod kubelet;
 pub mod release;
 
