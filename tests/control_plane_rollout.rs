@@ -399,30 +399,10 @@ fn cp_one_lease_across_two_clusters_has_one_leader_labelled_in_its_cluster_only(
     let rb = Release::install_with(&b, "west", &nodes, 2, &["config.lease.name=global-app"]);
     let clusters = [(&a, &ra), (&b, &rb)];
     for round in 0..3 {
-        let (i, leader) = wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
-            let leads: Vec<(usize, String)> = clusters
-                .iter()
-                .enumerate()
-                .flat_map(|(i, (_, r))| {
-                    r.live()
-                        .into_iter()
-                        .filter(|p| p.view().is_some_and(|v| v.is_leader))
-                        .map(move |p| (i, p.name))
-                })
-                .collect();
-            if leads.len() != 1 {
-                return None;
-            }
-            let (i, name) = leads[0].clone();
-            let (cp, r) = clusters[i];
-            let (ocp, or) = clusters[1 - i];
-            (labelled_leaders(cp, &r.ns) == [name.clone()]
-                && labelled_leaders(ocp, &or.ns).is_empty())
-            .then_some((i, name))
-        })
-        .unwrap_or_else(|| {
-            panic!("round {round}: not one leader labelled in its own cluster only")
-        });
+        let (i, leader) =
+            one_labelled_leader(&clusters, Duration::from_secs(30)).unwrap_or_else(|| {
+                panic!("round {round}: not one leader labelled in its own cluster only")
+            });
         eprintln!(
             "round {round}: leader {leader} in cluster {}",
             ["east", "west"][i]
@@ -450,6 +430,61 @@ fn cp_one_lease_across_two_clusters_has_one_leader_labelled_in_its_cluster_only(
         .unwrap();
         assert_eq!(st, 200);
     }
+
+    // A crash. The new leader demotes stale labels in its own cluster only: if it is in the
+    // other one, the crashed pod keeps its label until its sidecar restarts (after kubelet's
+    // 10 s back-off) and relabels itself follower.
+    let (i, crashed) = one_labelled_leader(&clusters, Duration::from_secs(30)).expect("a leader");
+    let t0 = Instant::now();
+    clusters[i].1.kubelet.kill(&crashed);
+    let j = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+        clusters.iter().enumerate().find_map(|(j, (_, r))| {
+            r.live()
+                .iter()
+                .any(|p| p.name != crashed && p.view().is_some_and(|v| v.is_leader))
+                .then_some(j)
+        })
+    })
+    .expect("a new leader after the crash");
+    let (ok, name) = one_labelled_leader(&clusters, Duration::from_secs(40))
+        .expect("the labels converge after the crash");
+    assert_eq!(ok, j);
+    assert_ne!(name, crashed);
+    report(
+        &format!(
+            "crash of the leader in cluster {}, new leader in cluster {}: labels converged after",
+            ["east", "west"][i],
+            ["east", "west"][j]
+        ),
+        format!("{:?}", t0.elapsed()),
+    );
+}
+
+/// Exactly one sidecar of both clusters leads, and only its own cluster labels it leader.
+fn one_labelled_leader(
+    clusters: &[(&ControlPlane, &Release); 2],
+    timeout: Duration,
+) -> Option<(usize, String)> {
+    wait_for(timeout, Duration::from_millis(20), || {
+        let leads: Vec<(usize, String)> = clusters
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (_, r))| {
+                r.live()
+                    .into_iter()
+                    .filter(|p| p.view().is_some_and(|v| v.is_leader))
+                    .map(move |p| (i, p.name))
+            })
+            .collect();
+        if leads.len() != 1 {
+            return None;
+        }
+        let (i, name) = leads[0].clone();
+        let (cp, r) = clusters[i];
+        let (ocp, or) = clusters[1 - i];
+        (labelled_leaders(cp, &r.ns) == [name.clone()] && labelled_leaders(ocp, &or.ns).is_empty())
+            .then_some((i, name))
+    })
 }
 
 fn settle_views(rel: &Release) {
