@@ -97,9 +97,8 @@ type Runs = Arc<Mutex<HashMap<String, PodRun>>>;
 pub struct Kubelet {
     pub node: String,
     runs: Runs,
-    /// Terminate signals per pod uid.
+    /// Stops the stand-in: its tasks end and kill their sidecars, none is restarted.
     stop: watch::Sender<bool>,
-    rt: tokio::runtime::Handle,
     _dir: tempfile::TempDir,
 }
 
@@ -131,7 +130,6 @@ impl Kubelet {
             node,
             runs,
             stop,
-            rt: cp.rt.handle().clone(),
             _dir: dir,
         }
     }
@@ -182,7 +180,6 @@ impl Drop for Kubelet {
                     .status();
             }
         }
-        let _ = &self.rt;
     }
 }
 
@@ -265,7 +262,7 @@ async fn run_pod(
     host: u32,
     runs: Runs,
     mut term: watch::Receiver<bool>,
-    stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
 ) {
     let name = pod.metadata.name.clone().unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
@@ -353,6 +350,9 @@ async fn run_pod(
     };
     let grace = Duration::from_secs(spec.termination_grace_period_seconds.unwrap_or(30) as u64);
     'restarts: loop {
+        if *stop.borrow() {
+            return;
+        }
         let mut child = spawn();
         set_pid(child.id());
         let mut ready = false;
@@ -365,6 +365,7 @@ async fn run_pod(
                     tokio::select! {
                         _ = tokio::time::sleep(RESTART_BACKOFF) => continue 'restarts,
                         _ = term.changed() => break 'restarts,
+                        _ = stop.changed() => return,
                     }
                 }
                 _ = term.changed() => {
@@ -376,6 +377,7 @@ async fn run_pod(
                     set_pid(None);
                     break 'restarts;
                 }
+                _ = stop.changed() => {}
                 _ = tokio::time::sleep(probe_every), if !ready => {
                     if probe(&bind, ops_port, &ready_path).await {
                         ready = true;
