@@ -8,6 +8,8 @@
 #                                        their state, logs and pids in DIR (new or empty); prints
 #                                        DIR/admin.kubeconfig once /readyz answers ok
 #   scripts/control-plane.sh down DIR    stop what `up DIR` started and remove DIR
+#   scripts/control-plane.sh stop DIR kube-apiserver    stop one component (an outage) ...
+#   scripts/control-plane.sh start DIR kube-apiserver   ... and start it again with the same flags
 #
 # Binaries are cached outside the work tree, one directory per component and version:
 #   ${CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-elector/control-plane}/
@@ -39,7 +41,7 @@ SERVICE_CIDR=10.0.0.0/24
 SERVICE_IP=10.0.0.1   # first address of SERVICE_CIDR: the `kubernetes` Service
 
 die() { echo "control-plane: $*" >&2; exit 1; }
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------------- building
 GO=""
@@ -208,7 +210,8 @@ fail() {
 # does not reach it), output in DIR/logs/NAME.log, pid in DIR/NAME.pid.
 start() {
   local name=$1 bin=$2; shift 2
-  setsid "$bin" "$@" > "$DIR/logs/$name.log" 2>&1 < /dev/null &
+  printf '%s\0' "$bin" "$@" > "$DIR/$name.cmd"   # for `start DIR NAME` after a `stop DIR NAME`
+  setsid "$bin" "$@" >> "$DIR/logs/$name.log" 2>&1 < /dev/null &
   echo "$!" > "$DIR/$name.pid"
 }
 
@@ -314,9 +317,29 @@ down() {
   rm -rf "$DIR"
 }
 
+apiserver_ready() { [ "$(https_get "https://127.0.0.1:$APISERVER_PORT/readyz")" = ok ]; }
+
+# stop/start NAME: one component of a running `up DIR`, e.g. an apiserver outage in a test.
+component() {
+  local op=$1 name=$2 cmd=()
+  [ -e "$DIR/.control-plane" ] || die "$op: $DIR was not made by '$0 up'"
+  case "$name" in etcd | kube-apiserver | kube-controller-manager) ;; *) die "$op: no component $name" ;; esac
+  PKI="$DIR/pki"
+  if [ "$op" = stop ]; then stop_one "$name"; return; fi
+  ! running "$name" || die "start: $name is running already"
+  mapfile -d '' cmd < "$DIR/$name.cmd"
+  start "$name" "${cmd[@]}"
+  APISERVER_PORT="$(cat "$DIR/apiserver.port")"
+  case "$name" in
+    kube-apiserver) wait_for kube-apiserver apiserver_ready ;;
+    *) sleep 1; running "$name" || fail "$name" "it exited during startup" ;;
+  esac
+}
+
 case "${1:-}" in
   build) [ $# -eq 1 ] || usage; ensure_apt flock util-linux; build_all; echo "$CACHE/bin" ;;
   up) [ $# -eq 2 ] || usage; DIR=$2; up ;;
   down) [ $# -eq 2 ] || usage; DIR=$2; down ;;
+  stop | start) [ $# -eq 3 ] || usage; DIR="$(cd "$2" && pwd)"; component "$1" "$3" ;;
   *) usage ;;
 esac

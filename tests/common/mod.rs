@@ -760,8 +760,20 @@ pub fn http_timeout(
     path: &str,
     timeout: Duration,
 ) -> Option<(u16, String)> {
+    http_host(method, "127.0.0.1", port, path, timeout)
+}
+
+/// [`http_timeout`] to another loopback address (the stand-in kubelet's pods listen on their own).
+pub fn http_host(
+    method: &str,
+    host: &str,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let addr: std::net::SocketAddr = format!("{host}:{port}").parse().ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
     s.set_read_timeout(Some(timeout)).ok()?;
     s.set_nodelay(true).ok()?;
     let req = format!(

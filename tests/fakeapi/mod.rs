@@ -11,6 +11,12 @@
 //!   and every state of the role labels after each change;
 //! - fault injection: a status (403, 409, 500, ...) or a delay for matching requests, and
 //!   [`FakeApi::down`] / [`FakeApi::up`] (stop listening and cut open connections).
+//!
+//! Kept for what a real API server cannot be made to do on demand: an injected 500, a 409 on a
+//! chosen request, added latency, connections cut mid-request, and a record of every request
+//! and label state to assert on. Everything else (RBAC, validation, watch order, Events as
+//! stored, rollouts, EndpointSlices, outages) runs on the real control plane:
+//! `tests/control_plane.rs`, `tests/control_plane_rollout.rs`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

@@ -1,0 +1,201 @@
+//! The chart installed as users install it (`helm install --wait`), its pods run by the stand-in
+//! kubelet, and what the tests read back: sidecar leaders, labelled leaders, label changes.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+
+use super::ControlPlane;
+use super::kubelet::{Kubelet, PodRun};
+use crate::common::*;
+
+pub const TTL: Duration = Duration::from_secs(2);
+pub const ROLE_KEY: &str = "redlock-elector/role";
+
+/// The chart installed with `helm install --wait` in `ns`, its pods run by a stand-in kubelet.
+pub struct Release {
+    pub kubelet: Kubelet,
+    pub ns: String,
+    pub name: String,
+    _values: tempfile::TempDir,
+}
+
+impl Release {
+    /// `extra` is appended to the values file (YAML, top-level keys).
+    pub fn install(
+        cp: &ControlPlane,
+        ns: &str,
+        nodes: &[Redis],
+        replicas: u32,
+        extra: &str,
+    ) -> Release {
+        Release::install_full(cp, ns, nodes, replicas, extra, &[])
+    }
+
+    /// [`Release::install`] with `--set` values.
+    pub fn install_with(
+        cp: &ControlPlane,
+        ns: &str,
+        nodes: &[Redis],
+        replicas: u32,
+        sets: &[&str],
+    ) -> Release {
+        Release::install_full(cp, ns, nodes, replicas, "", sets)
+    }
+
+    fn install_full(
+        cp: &ControlPlane,
+        ns: &str,
+        nodes: &[Redis],
+        replicas: u32,
+        extra: &str,
+        sets: &[&str],
+    ) -> Release {
+        let name = "el".to_string();
+        cp.kubectl(&["create", "namespace", ns]);
+        let kubelet = Kubelet::start(cp, ns, &format!("app.kubernetes.io/instance={name}"));
+        let dir = tempdir();
+        let values = dir.path().join("values.yaml");
+        let endpoints: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("      - {}", n.url()))
+            .collect();
+        std::fs::write(
+            &values,
+            format!(
+                "workload:\n  replicas: {replicas}\n  terminationGracePeriodSeconds: 5\n\
+                 config:\n  lease:\n    ttl: {}s\n    retryEvery: 200ms\n    preferSettle: 1s\n\
+                 \x20 redis:\n    endpoints:\n{}\n\
+                 app:\n  ports:\n    - name: http\n      containerPort: 8080\n{extra}",
+                TTL.as_secs(),
+                endpoints.join("\n")
+            ),
+        )
+        .unwrap();
+        let chart = super::repo().join("charts/redlock-elector");
+        let t0 = Instant::now();
+        let mut args = vec![
+            "install",
+            &name,
+            chart.to_str().unwrap(),
+            "-n",
+            ns,
+            "-f",
+            values.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "180s",
+        ];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        cp.helm(&args);
+        report(
+            "helm install --wait (pods Ready by the stand-in)",
+            format!("{:?}", t0.elapsed()),
+        );
+        Release {
+            kubelet,
+            ns: ns.into(),
+            name,
+            _values: dir,
+        }
+    }
+
+    pub fn full_name(&self) -> String {
+        format!("{}-redlock-elector", self.name)
+    }
+
+    /// The running, non-terminating pods.
+    pub fn live(&self) -> Vec<PodRun> {
+        self.kubelet
+            .pods()
+            .into_iter()
+            .filter(|p| !p.terminating && p.pid.is_some())
+            .collect()
+    }
+}
+
+/// The pod names labelled leader now, as the server has them.
+pub fn labelled_leaders(cp: &ControlPlane, ns: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), ns);
+    let list = cp
+        .block_on(pods.list(&ListParams::default().labels(&format!("{ROLE_KEY}=leader"))))
+        .unwrap();
+    list.items
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect()
+}
+
+/// The one pod whose sidecar answers is_leader, if exactly one does.
+pub fn sidecar_leader(pods: &[PodRun]) -> Option<String> {
+    let l: Vec<&PodRun> = pods
+        .iter()
+        .filter(|p| p.view().is_some_and(|v| v.is_leader))
+        .collect();
+    (l.len() == 1).then(|| l[0].name.clone())
+}
+
+/// Wait until exactly one sidecar leads and the server labels exactly that pod leader.
+pub fn wait_converged(cp: &ControlPlane, rel: &Release, timeout: Duration) -> String {
+    wait_for(timeout, Duration::from_millis(20), || {
+        let leader = sidecar_leader(&rel.live())?;
+        (labelled_leaders(cp, &rel.ns) == [leader.clone()]).then_some(leader)
+    })
+    .unwrap_or_else(|| {
+        let logs: Vec<String> = rel
+            .kubelet
+            .pods()
+            .iter()
+            .map(|p| format!("--- {}\n{}", p.name, p.logs()))
+            .collect();
+        panic!(
+            "no converged leader within {timeout:?}: labelled {:?}\n{}",
+            labelled_leaders(cp, &rel.ns),
+            logs.join("\n")
+        )
+    })
+}
+
+/// Record every change of the role label in the server's order (a watch from now).
+pub fn watch_roles(cp: &ControlPlane, ns: &str) -> Arc<Mutex<Vec<(String, String)>>> {
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Default::default();
+    let pods: Api<Pod> = Api::namespaced(cp.client.clone(), ns);
+    let rv = cp
+        .block_on(pods.list(&ListParams::default()))
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let out = seen.clone();
+    cp.rt.spawn(async move {
+        let mut stream = pods
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        let mut last: std::collections::HashMap<String, String> = Default::default();
+        while let Some(Ok(ev)) = stream.next().await {
+            if let WatchEvent::Added(p) | WatchEvent::Modified(p) = ev {
+                let name = p.metadata.name.clone().unwrap();
+                let role = p
+                    .metadata
+                    .labels
+                    .unwrap_or_default()
+                    .get(ROLE_KEY)
+                    .cloned()
+                    .unwrap_or_default();
+                if last.get(&name) != Some(&role) {
+                    last.insert(name.clone(), role.clone());
+                    out.lock().unwrap().push((name, role));
+                }
+            }
+        }
+    });
+    seen
+}

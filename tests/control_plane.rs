@@ -1,0 +1,306 @@
+//! The sidecar against a real Kubernetes control plane (`scripts/control-plane.sh`: etcd,
+//! kube-apiserver with RBAC, kube-controller-manager), the chart installed with the real
+//! `helm install --wait`, pods run by the harness's stand-in kubelet (`tests/cluster/kubelet.rs`)
+//! as the chart's ServiceAccount, so the real authorizer enforces the shipped Role.
+//!
+//! - election with 3 pods: the label follows the leader; after a SIGKILL of the leader's sidecar
+//!   the stale label is demoted before the new leader labels itself (in the server's own order,
+//!   read from a watch); the Events are stored with the fields the server keeps;
+//! - one verb taken from the Role: the sidecar says what is missing (log and metric), the
+//!   election is unaffected, and the label converges once the verb is back;
+//! - an apiserver outage: the election carries on; the labels converge after it returns;
+//! - `kubectl apply` of manifests/: the real server's validation accepts them.
+
+mod cluster;
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cluster::ControlPlane;
+use cluster::release::*;
+use common::*;
+use k8s_openapi::api::core::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
+
+#[test]
+fn cp_election_with_three_pods_on_a_real_server() {
+    let cp = ControlPlane::up();
+    let nodes = redis_cluster(3, TTL);
+    let t0 = Instant::now();
+    let rel = Release::install(&cp, "election", &nodes, 3, "");
+    assert_eq!(rel.live().len(), 3, "three pods run");
+    let first = wait_converged(&cp, &rel, Duration::from_secs(30));
+
+    // A crash of the leader's sidecar: SIGKILL, no release.
+    let roles = watch_roles(&cp, &rel.ns);
+    let killed_at = Instant::now();
+    rel.kubelet.kill(&first);
+    let second = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+        let l = sidecar_leader(
+            &rel.live()
+                .into_iter()
+                .filter(|p| p.name != first)
+                .collect::<Vec<_>>(),
+        )?;
+        (labelled_leaders(&cp, &rel.ns) == [l.clone()]).then_some(l)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no new labelled leader after the SIGKILL; labelled {:?}",
+            labelled_leaders(&cp, &rel.ns)
+        )
+    });
+    report(
+        "SIGKILL of the leader to the new leader labelled (ttl 2s)",
+        format!("{:?}", killed_at.elapsed()),
+    );
+    assert_ne!(first, second);
+    let order = roles.lock().unwrap().clone();
+    eprintln!("role label changes in the server's order: {order:?}");
+    let demoted = order
+        .iter()
+        .position(|(p, r)| *p == first && r != "leader")
+        .unwrap_or_else(|| panic!("the stale label of {first} was never demoted: {order:?}"));
+    let promoted = order
+        .iter()
+        .position(|(p, r)| *p == second && r == "leader")
+        .unwrap_or_else(|| panic!("{second} never labelled leader: {order:?}"));
+    assert!(
+        demoted < promoted,
+        "the new leader labelled itself before the stale label was demoted: {order:?}"
+    );
+    let sidecar = rel.kubelet.pod(&second);
+    assert!(
+        sidecar.logs().contains("demoted a stale leader label"),
+        "the demotion is the new leader's:\n{}",
+        sidecar.logs()
+    );
+
+    // The Events as the server stores them.
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), &rel.ns);
+    let became = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+        let list = cp.block_on(events.list(&ListParams::default())).unwrap();
+        let b: Vec<Event> = list
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("BecameLeader"))
+            .collect();
+        let names: Vec<&str> = b
+            .iter()
+            .filter_map(|e| e.involved_object.name.as_deref())
+            .collect();
+        (names.contains(&first.as_str()) && names.contains(&second.as_str())).then_some(b)
+    })
+    .expect("BecameLeader Events of both leaders stored");
+    for e in &became {
+        let pod = rel
+            .kubelet
+            .pods()
+            .into_iter()
+            .find(|p| Some(&p.name) == e.involved_object.name.as_ref());
+        eprintln!(
+            "stored Event: reason={:?} type={:?} involvedObject={:?}/{:?} uid={:?} source={:?} \
+             reportingComponent={:?} reportingInstance={:?} count={:?} firstTimestamp={:?} \
+             eventTime={:?} message={:?}",
+            e.reason,
+            e.type_,
+            e.involved_object.kind,
+            e.involved_object.name,
+            e.involved_object.uid,
+            e.source.as_ref().and_then(|s| s.component.clone()),
+            e.reporting_component,
+            e.reporting_instance,
+            e.count,
+            e.first_timestamp,
+            e.event_time,
+            e.message
+        );
+        assert_eq!(e.type_.as_deref(), Some("Normal"));
+        assert_eq!(e.involved_object.kind.as_deref(), Some("Pod"));
+        assert_eq!(
+            e.involved_object.namespace.as_deref(),
+            Some(rel.ns.as_str())
+        );
+        if let Some(p) = pod {
+            assert_eq!(e.involved_object.uid.as_deref(), Some(p.uid.as_str()));
+        }
+        assert_eq!(e.reporting_component.as_deref(), Some("redlock-elector"));
+        assert!(e.message.as_deref().unwrap_or("").contains("became leader"));
+    }
+    report(
+        "election test (install + crash + events)",
+        format!("{:?}", t0.elapsed()),
+    );
+}
+
+#[test]
+fn cp_a_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
+    let cp = ControlPlane::up();
+    let nodes = redis_cluster(3, TTL);
+    let rel = Release::install(&cp, "rbac", &nodes, 3, "");
+    let first = wait_converged(&cp, &rel, Duration::from_secs(30));
+    let role = rel.full_name();
+    // The shipped Role without pods `list` (which a new leader needs to find stale labels).
+    let original: serde_json::Value =
+        serde_json::from_str(&cp.kubectl(&["-n", &rel.ns, "get", "role", &role, "-o", "json"]))
+            .unwrap();
+    let rule = &original["rules"][0];
+    assert_eq!(rule["resources"], serde_json::json!(["pods"]), "{original}");
+    assert_eq!(
+        rule["verbs"],
+        serde_json::json!(["get", "list", "patch"]),
+        "{original}"
+    );
+    cp.kubectl(&[
+        "-n",
+        &rel.ns,
+        "patch",
+        "role",
+        &role,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/rules/0/verbs","value":["get","patch"]}]"#,
+    ]);
+    rel.kubelet.kill(&first);
+    let second = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+        sidecar_leader(
+            &rel.live()
+                .into_iter()
+                .filter(|p| p.name != first)
+                .collect::<Vec<_>>(),
+        )
+    })
+    .expect("the election goes on without the verb");
+    let pod = rel.kubelet.pod(&second);
+    let said = wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
+        let logs = pod.logs();
+        let forbidden = pod
+            .metrics()
+            .lines()
+            .filter(|l| {
+                l.starts_with("redlock_elector_kube_requests_total")
+                    && l.contains("verb=\"list\"")
+                    && l.contains("result=\"forbidden\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        (forbidden > 0.0 && logs.contains("cannot list resource \\\"pods\\\"")).then_some(forbidden)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the sidecar never said `list` is missing:\n{}\n{}",
+            pod.logs(),
+            pod.metrics()
+        )
+    });
+    report("forbidden list requests counted", said);
+    let line = pod
+        .logs()
+        .lines()
+        .find(|l| l.contains("cannot list resource"))
+        .unwrap()
+        .to_string();
+    eprintln!("the sidecar's log line: {line}");
+    assert!(
+        line.contains(&format!("system:serviceaccount:{}:{role}", rel.ns)),
+        "{line}"
+    );
+    // Still one leader, still leading: the election does not depend on the API server.
+    std::thread::sleep(TTL * 2);
+    assert_eq!(sidecar_leader(&rel.live()), Some(second.clone()));
+    assert!(pod.view().unwrap().is_leader);
+    // What a missing verb costs: the stale label cannot be found, so the new leader's is not set.
+    assert_eq!(labelled_leaders(&cp, &rel.ns), std::slice::from_ref(&first));
+
+    // The verb back: the label converges on the leader by itself.
+    let restore =
+        serde_json::json!([{"op": "replace", "path": "/rules/0/verbs", "value": rule["verbs"]}]);
+    cp.kubectl(&[
+        "-n",
+        &rel.ns,
+        "patch",
+        "role",
+        &role,
+        "--type",
+        "json",
+        "-p",
+        &restore.to_string(),
+    ]);
+    assert_eq!(wait_converged(&cp, &rel, Duration::from_secs(30)), second);
+}
+
+#[test]
+fn cp_an_apiserver_outage_leaves_the_election_alone_and_the_labels_converge() {
+    let cp = ControlPlane::up();
+    let nodes = redis_cluster(3, TTL);
+    let rel = Release::install(&cp, "outage", &nodes, 3, "");
+    let first = wait_converged(&cp, &rel, Duration::from_secs(30));
+    let t0 = Instant::now();
+    cp.stop_apiserver();
+    report("kube-apiserver stopped in", format!("{:?}", t0.elapsed()));
+    // Leadership changes during the outage: the leader's sidecar crashes.
+    rel.kubelet.kill(&first);
+    let second = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+        sidecar_leader(
+            &rel.live()
+                .into_iter()
+                .filter(|p| p.name != first)
+                .collect::<Vec<_>>(),
+        )
+    })
+    .expect("a new leader is elected while the apiserver is down");
+    std::thread::sleep(TTL);
+    assert_eq!(
+        sidecar_leader(&rel.live()),
+        Some(second.clone()),
+        "the leader holds during the outage"
+    );
+    let t1 = Instant::now();
+    cp.start_apiserver();
+    report("kube-apiserver back in", format!("{:?}", t1.elapsed()));
+    let t2 = Instant::now();
+    let leader = wait_converged(&cp, &rel, Duration::from_secs(60));
+    report(
+        "labels converged after the apiserver returned",
+        format!("{:?}", t2.elapsed()),
+    );
+    assert_eq!(leader, second);
+}
+
+#[test]
+fn cp_the_plain_manifests_pass_the_real_servers_validation() {
+    let cp = ControlPlane::up();
+    let example = cluster::repo().join("manifests/example");
+    let example = example.to_str().unwrap();
+    // Server-side dry run first (admission and validation, nothing stored), then for real. The
+    // dry run needs the namespace to exist (the real server checks it; a dry-run namespace is not
+    // stored), so that one goes first.
+    cp.kubectl(&["apply", "-f", &format!("{example}/namespace.yaml")]);
+    cp.kubectl(&["apply", "--dry-run=server", "-k", example])
+        .lines()
+        .for_each(|l| eprintln!("dry run: {l}"));
+    let out = cp.kubectl(&["apply", "-k", example]);
+    eprintln!("{out}");
+    for what in [
+        "configmap/",
+        "deployment.apps/",
+        "role.rbac.authorization.k8s.io/",
+        "rolebinding.rbac.authorization.k8s.io/",
+        "service/",
+        "serviceaccount/",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(what) && l.ends_with("created")),
+            "kubectl apply did not create {what}:\n{out}"
+        );
+    }
+    // A second apply changes nothing: the server kept what the manifests say.
+    let again = cp.kubectl(&["apply", "-k", example]);
+    assert!(
+        again.lines().all(|l| l.ends_with("unchanged")),
+        "a second apply changed something:\n{again}"
+    );
+}
