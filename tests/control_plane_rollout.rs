@@ -135,7 +135,7 @@ fn cp_real_rolling_updates_prefer_newest_move_leadership_once() {
 
 #[test]
 fn cp_real_rolling_updates_without_min_ready_seconds_are_counted() {
-    // The chart's default (minReadySeconds unset): the rollout goes on as soon as a pod is
+    // minReadySeconds 0 (no minimum): the rollout goes on as soon as a pod is
     // Ready, before it counts a quorum, so the leader may have only old pods to name. Reported.
     let counts = rollouts_reported("newest", 0);
     // Every rollout replaces every pod, so leadership moves at least once; how often is the figure.

@@ -68,6 +68,7 @@ impl Release {
             &values,
             format!(
                 "workload:\n  replicas: {replicas}\n  terminationGracePeriodSeconds: 5\n\
+                 \x20 minReadySeconds: 0\n\
                  config:\n  lease:\n    ttl: {}s\n    retryEvery: 200ms\n    preferSettle: 1s\n\
                  \x20 redis:\n    endpoints:\n{}\n\
                  app:\n  ports:\n    - name: http\n      containerPort: 8080\n{extra}",
