@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packaging checks with the real tools: Helm v4 (through its Go SDK, PyPI helm-python-sdk),
+# Packaging checks with the real tools: Helm v4 (the CLI built from its Go module, and its Go SDK
+# through PyPI helm-python-sdk),
 # kubernetes-validate --strict, kubectl kustomize, hadolint, and the static binary the
 # Dockerfile builds. Installs its Python tools into .venv-tools/ itself; idempotent.
 #
@@ -8,7 +9,8 @@
 #                                         use an existing $REDLOCK_ELECTOR_BIN (or
 #                                         target/static/...) instead of building it
 #
-# Steps: tools -> helm lint + render (every ci/*.yaml and the parent example) -> kubernetes-
+# Steps: tools -> helm lint + render (every ci/*.yaml and the parent example) -> the helm CLI
+# (lint --strict, template at the oldest and newest Kubernetes, with/without CRD APIs) -> kubernetes-
 # validate --strict (1.29 and newest) of renders and manifests/ -> CRD objects -> manifests/ up
 # to date -> kustomize build -> hadolint -> static binary build + smoke -> pytest assertions.
 set -euo pipefail
@@ -44,6 +46,41 @@ echo "kubernetes-validate $("$VENV/bin/kubernetes-validate" --version), schemas 
 step "helm lint (strict, kube $KUBE_MIN) and render: every charts/redlock-elector/ci/*.yaml + parent example"
 rm -rf "$OUT/rendered"
 "$PY" tests/packaging/render_all.py "$OUT/rendered" || die "helm lint/render failed (see above)"
+
+# ------------------------------------------------------------------------- the real helm CLI
+# The `helm` users run (v4, built from helm.sh/helm/v4 by scripts/control-plane.sh; cached after
+# the first build). Unlike the SDK above it takes --kube-version and --api-versions, so the
+# chart's Capabilities guard is checked at the edges: every ci/ case lints strict and renders at
+# Kubernetes $KUBE_MIN and the newest built, with and without the prometheus-operator API
+# announced (the chart gates PodMonitor/PrometheusRule on values, so a cluster without the CRDs
+# must still render), and native sidecars are refused below 1.29 with the chart's own message.
+step "helm CLI: lint --strict and template of every ci/*.yaml at Kubernetes $KUBE_MIN and the newest, native sidecars refused below 1.29"
+HELM_BIN="$(scripts/control-plane.sh build)/helm" \
+  || die "the helm CLI is not built: scripts/control-plane.sh build needs Go 1.26 and the Go module proxy (see README, Development)"
+"$HELM_BIN" version --short | sed 's/^/    /'
+KUBE_CP="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { sub(/^v/, "", $2); print $2; exit }' tests/control-plane/kubernetes/go.mod)"
+[ -n "$KUBE_CP" ] || die "cannot read the Kubernetes version from tests/control-plane/kubernetes/go.mod"
+for values in charts/redlock-elector/ci/*.yaml; do
+  for kube in "$KUBE_MIN" "$KUBE_CP"; do
+    "$HELM_BIN" lint --strict --quiet --kube-version "$kube" -f "$values" charts/redlock-elector > "$OUT/helm-cli.log" 2>&1 \
+      || { cat "$OUT/helm-cli.log"; die "helm lint --strict --kube-version $kube -f $values failed"; }
+    for apis in "" "--api-versions=monitoring.coreos.com/v1"; do
+      # shellcheck disable=SC2086 # $apis is one flag or none
+      "$HELM_BIN" template demo charts/redlock-elector --kube-version "$kube" $apis -f "$values" > "$OUT/helm-cli.yaml" 2> "$OUT/helm-cli.log" \
+        || { cat "$OUT/helm-cli.log"; die "helm template --kube-version $kube $apis -f $values failed"; }
+    done
+  done
+  echo "    $(basename "$values"): lint and template at $KUBE_MIN and $KUBE_CP"
+done
+DEFAULTS=charts/redlock-elector/ci/defaults-values.yaml
+if "$HELM_BIN" template demo charts/redlock-elector --kube-version 1.28.0 -f "$DEFAULTS" > /dev/null 2> "$OUT/helm-cli.log"; then
+  die "helm template --kube-version 1.28.0 rendered native sidecars; the chart must refuse them below 1.29"
+fi
+grep -q "needs Kubernetes >= 1.29" "$OUT/helm-cli.log" \
+  || { cat "$OUT/helm-cli.log"; die "helm template at 1.28 failed, but not with the chart's native-sidecar message"; }
+"$HELM_BIN" template demo charts/redlock-elector --kube-version 1.28.0 -f "$DEFAULTS" --set sidecar.native=false > /dev/null \
+  || die "helm template --kube-version 1.28.0 --set sidecar.native=false failed"
+echo "    1.28: native sidecars refused with the chart's message; sidecar.native=false renders"
 
 # ---------------------------------------------------------------------- kubernetes-validate
 validate() {
