@@ -6,7 +6,7 @@
 #   ./scripts/bench.sh                  full run (about 5 minutes)
 #   ./scripts/bench.sh --quick          few iterations (CI: scripts/check-bench.sh)
 #   ./scripts/bench.sh --json           the figures as JSON on stdout (progress on stderr)
-#   ./scripts/bench.sh --only acquire,tls,handover,failover,rollout,load,fanout,footprint,binary
+#   ./scripts/bench.sh --only acquire,tls,handover,failover,rollout,load,fanout,footprint,binary,endpoints
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -19,4 +19,23 @@ ensure_apt redis-server redis-server
 
 # `cargo bench` builds with the release profile, the sidecar binary included
 # (target/release/redlock-elector), and passes `--bench`, which the harness ignores.
-exec cargo bench --locked --bench bench -- "$@"
+cargo bench --locked --bench bench -- "$@"
+
+# The latency a user's clients see: from a handover (the new leader's /leader version change) to
+# the leader Service's EndpointSlice listing only the new leader's pod IP, on the real control
+# plane (Deployment and EndpointSlice controllers; 20 handovers; the test in
+# tests/control_plane_rollout.rs, optimized here). Full runs only, or `--only endpoints`; figures
+# on stderr so that --json stays clean. CI runs the same test unoptimized.
+quick=0 only=""
+prev=""
+for a in "$@"; do
+  [ "$a" = "--quick" ] && quick=1
+  [ "$prev" = "--only" ] && only=",$a,"
+  prev="$a"
+done
+if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",endpoints,"* ]]; then
+  echo "== EndpointSlice switch after a handover, real control plane (20 handovers)" >&2
+  scripts/control-plane.sh build > /dev/null
+  cargo test --locked --release --test control_plane_rollout -- --nocapture --test-threads=1 \
+    cp_the_leader_services_endpoints_follow_handovers 2>&1 | grep -E '^\[figure\]|^test result' >&2
+fi
