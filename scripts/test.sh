@@ -33,8 +33,10 @@ echo "== waiting for the control-plane build (scripts/control-plane.sh build; lo
 t0=$SECONDS
 if ! wait "$CP_BUILD"; then
   cat "$CP_BUILD_LOG" >&2
-  echo "test.sh: scripts/control-plane.sh build failed (above). The control-plane tests need Go 1.26" \
-    "and the Go module proxy; install Go from https://go.dev/dl/ (or put it in /usr/local/go/bin)" >&2
+  echo "test.sh: scripts/control-plane.sh build failed (its log is above). The control-plane tests" \
+    "need Go 1.26 and the Go module proxy (install Go from https://go.dev/dl/, or put it in" \
+    "/usr/local/go/bin) and, for a cold build, about 6 GB free for the Go caches (GOCACHE," \
+    "GOMODCACHE) and 0.4 GB for the binaries; a 'no space left on device' in the log is the latter." >&2
   exit 1
 fi
 trap - EXIT
