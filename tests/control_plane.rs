@@ -32,6 +32,21 @@ fn cp_election_with_three_pods_on_a_real_server() {
     assert_eq!(rel.live().len(), 3, "three pods run");
     let first = wait_converged(&cp, &rel, Duration::from_secs(30));
 
+    // Its BecameLeader Event first: Events are sent in the background, and a SIGKILL loses one
+    // not sent yet (seen here: the killed leader's Event missing).
+    let events: Api<Event> = Api::namespaced(cp.client.clone(), &rel.ns);
+    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+        let list = cp.block_on(events.list(&ListParams::default())).ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("BecameLeader")
+                    && e.involved_object.name.as_deref() == Some(first.as_str())
+            })
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("{first}'s BecameLeader Event was not stored within 30 s"));
+
     // A crash of the leader's sidecar: SIGKILL, no release.
     let roles = watch_roles(&cp, &rel.ns);
     let killed_at = Instant::now();
@@ -56,7 +71,16 @@ fn cp_election_with_three_pods_on_a_real_server() {
         format!("{:?}", killed_at.elapsed()),
     );
     assert_ne!(first, second);
-    let order = roles.lock().unwrap().clone();
+    // The label was read with a GET; the watch may deliver that change a moment later. Wait for
+    // it (the order is the server's either way).
+    let order = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        let order = roles.lock().unwrap().clone();
+        order
+            .iter()
+            .any(|(p, r)| *p == second && r == "leader")
+            .then_some(order)
+    })
+    .unwrap_or_else(|| roles.lock().unwrap().clone());
     eprintln!("role label changes in the server's order: {order:?}");
     let demoted = order
         .iter()
@@ -78,8 +102,7 @@ fn cp_election_with_three_pods_on_a_real_server() {
     );
 
     // The Events as the server stores them.
-    let events: Api<Event> = Api::namespaced(cp.client.clone(), &rel.ns);
-    let became = wait_for(Duration::from_secs(10), Duration::from_millis(100), || {
+    let became = wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
         let list = cp.block_on(events.list(&ListParams::default())).unwrap();
         let b: Vec<Event> = list
             .items
@@ -92,7 +115,21 @@ fn cp_election_with_three_pods_on_a_real_server() {
             .collect();
         (names.contains(&first.as_str()) && names.contains(&second.as_str())).then_some(b)
     })
-    .expect("BecameLeader Events of both leaders stored");
+    .unwrap_or_else(|| {
+        let stored: Vec<(Option<String>, Option<String>)> = cp
+            .block_on(events.list(&ListParams::default()))
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .map(|e| (e.reason, e.involved_object.name))
+                    .collect()
+            })
+            .unwrap_or_default();
+        panic!(
+            "BecameLeader Events of both leaders ({first}, {second}) not stored within 30 s; stored: {stored:?}\n{}",
+            rel.kubelet.pod(&second).logs()
+        )
+    });
     for e in &became {
         let pod = rel
             .kubelet
