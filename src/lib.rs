@@ -26,6 +26,7 @@
 #![deny(rust_2018_idioms)]
 
 pub mod api;
+pub mod backoff;
 pub mod config;
 pub mod elector;
 pub mod kube;
