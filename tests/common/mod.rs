@@ -532,10 +532,12 @@ pub fn library_config(args: &[&str]) -> redlock_elector::config::Config {
         .chain(args.iter().copied())
         .map(String::from)
         .collect::<Vec<_>>();
-    match config::parse_args(argv, &ProcessEnv) {
-        Ok(config::Command::Run(raw, switches)) => config::validate(&raw, &ProcessEnv, switches)
-            .unwrap_or_else(|e| panic!("invalid library config {args:?}: {e}")),
-        _ => panic!("library config does not parse: {args:?}"),
+    match config::load(argv, &ProcessEnv) {
+        Ok(config::Invocation {
+            config,
+            mode: config::Mode::Run,
+        }) => config,
+        other => panic!("invalid library config {args:?}: {other:?}"),
     }
 }
 

@@ -1,0 +1,161 @@
+//! The command line: `redlock-elector [OPTIONS]` runs the sidecar, `check-config FILE` checks a
+//! config. Every setting's flag and env var come from [`Settings`]; this file adds `--config`,
+//! the subcommand and the hidden test-only switches, and layers flags and env over the file.
+
+use std::ffi::OsString;
+
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use super::{Env, Error, Settings, file};
+
+/// Kubernetes leader-election sidecar: a Redlock lease over several independent Redis masters
+#[derive(Parser, Debug)]
+#[command(
+    name = "redlock-elector",
+    version,
+    long_about = None,
+    // A later flag overrides an earlier one (wrappers append to a base command line).
+    args_override_self = true,
+    after_help = "Every setting can also come from the YAML file and from env REDLOCK_ELECTOR_<KEY> \
+                  (e.g. REDLOCK_ELECTOR_LEASE_TTL); precedence: default < file < env < flag.\n\
+                  The Redis password comes from redis.passwordFile or env REDLOCK_ELECTOR_REDIS_PASSWORD."
+)]
+struct Cli {
+    /// YAML config file
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<String>,
+    /// The hidden test-only switches.
+    #[command(flatten)]
+    switches: UnsafeSwitches,
+    /// `check-config`, or none to run.
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Validate a config file and print the effective settings (secrets redacted)
+    #[command(long_about = None)]
+    CheckConfig {
+        // No help text: `check-config --help` shows a bare `<FILE>`.
+        #[arg(value_name = "FILE")]
+        file: String,
+        /// Also connect to every Redis endpoint with these settings, run the real handshake and
+        /// print one line per endpoint and the quorum verdict; exit 1 when no quorum is usable
+        #[arg(long)]
+        connect: bool,
+    },
+}
+
+/// Hidden, test-only flags that turn a safety mechanism off so a test can show the hazard it
+/// prevents. Never set in production: mutual exclusion is then not guaranteed.
+#[derive(Args, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnsafeSwitches {
+    /// `--unsafe-disable-quarantine`: restarted nodes count at once.
+    #[arg(long = "unsafe-disable-quarantine", hide = true)]
+    pub quarantine_off: bool,
+    /// `--unsafe-disable-clock-check`: no clock-jump detection, and nodes count without having
+    /// been watched for ttl + margin.
+    #[arg(long = "unsafe-disable-clock-check", hide = true)]
+    pub clock_check_off: bool,
+    /// `--no-named-successor`: releases name no successor, so followers race for the lease as
+    /// before candidate records existed. Not a safety mechanism (the quorum rule is unchanged);
+    /// here so the benchmark can compare handovers with and without a named successor.
+    #[arg(long = "no-named-successor", hide = true)]
+    pub no_named_successor: bool,
+}
+
+impl UnsafeSwitches {
+    /// One warning per switch that is on, for the log.
+    pub fn warnings(&self) -> Vec<&'static str> {
+        let mut w = Vec::new();
+        if self.quarantine_off {
+            w.push("--unsafe-disable-quarantine: restarted nodes count at once; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.no_named_successor {
+            w.push("--no-named-successor: releases name no successor; followers race (benchmark comparison only)");
+        }
+        if self.clock_check_off {
+            w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        w
+    }
+}
+
+/// What the command line asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Run the sidecar.
+    Run,
+    /// Validate and print the effective settings (`check-config`).
+    CheckConfig {
+        /// `--connect`: also connect to every endpoint and run the real handshake.
+        connect: bool,
+    },
+}
+
+/// The command line and the file it names, layered, before validation.
+#[derive(Debug)]
+pub struct Parsed {
+    /// Every setting: flag, else env, else file.
+    pub settings: Settings,
+    /// The hidden test-only switches.
+    pub switches: UnsafeSwitches,
+    /// Run or check.
+    pub mode: Mode,
+}
+
+/// The clap command: [`Cli`] plus every setting of [`Settings`], all usable before or after
+/// the subcommand. The env vars stay out of `--help`: its `after_help` explains them once.
+pub fn command() -> clap::Command {
+    let cli = Cli::command();
+    // Each settings struct's doc would otherwise replace the about text.
+    let about = cli.get_about().cloned();
+    Settings::augment_args(cli)
+        .about(about.unwrap_or_default())
+        .mut_args(|a| a.global(true).hide_env(true))
+}
+
+/// Parse the command line and read the config file it names; flags and env go over the file.
+pub fn parse_args<I, T>(args: I, env: &dyn Env) -> Result<Parsed, Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = command().try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    let (path, mode) = match cli.command {
+        Some(Sub::CheckConfig { file, connect }) => (Some(file), Mode::CheckConfig { connect }),
+        None => (cli.config, Mode::Run),
+    };
+    let file = match path {
+        Some(path) => file::read(&path, env)?,
+        None => Settings::default(),
+    };
+    Ok(Parsed {
+        settings: layered(file, &matches)?,
+        switches: cli.switches,
+        mode,
+    })
+}
+
+/// The one precedence rule: what clap found (a flag, else the env var) replaces the file's
+/// value; what neither gives keeps the file's, and validation falls back to the default.
+fn layered(file: Settings, matches: &clap::ArgMatches) -> Result<Settings, clap::Error> {
+    let mut settings = file;
+    settings.update_from_arg_matches(matches)?;
+    // The env var holds the whole list, comma-separated; a flag is one URL (which may hold a
+    // comma in its password).
+    if matches.value_source("endpoints") == Some(ValueSource::EnvVariable) {
+        settings.redis.endpoints = settings.redis.endpoints.map(|list| {
+            list.iter()
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        });
+    }
+    Ok(settings)
+}

@@ -1,0 +1,339 @@
+//! Every setting, spelled once: the struct field is the YAML key (serde, camelCase), its
+//! `#[arg]` the flag and the `REDLOCK_ELECTOR_*` env var (clap), and its help names the default
+//! from [`default`]. The file fills a [`Settings`]; flags and env overwrite what they set
+//! ([`crate::config::cli`]). Values stay text until [`crate::config::validate`], so that every
+//! error names the field (`lease.ttl: "10" is not a duration`) whichever layer it came from.
+
+use std::fmt::Display;
+
+use clap::Args;
+use serde::{Deserialize, Deserializer};
+
+use super::file::Text;
+use super::fmt_dur;
+
+/// The built-in defaults, each written once: validation falls back to them and `--help`
+/// shows them.
+pub mod default {
+    use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+    use std::time::Duration;
+
+    use crate::config::{KubeEnabled, LogFormat};
+
+    /// `lease.ttl`.
+    pub const TTL: Duration = Duration::from_secs(10);
+    /// `lease.renewEvery` is ttl divided by this.
+    pub const RENEW_DIVISOR: u128 = 3;
+    /// `lease.retryEvery`.
+    pub const RETRY_EVERY: Duration = Duration::from_secs(1);
+    /// `lease.driftFactor`.
+    pub const DRIFT_FACTOR: f64 = 0.01;
+    /// `lease.priority`.
+    pub const PRIORITY: i64 = 0;
+    /// `lease.preferSettle`.
+    pub const PREFER_SETTLE: Duration = Duration::from_secs(5);
+    /// `lease.keyPrefix`.
+    pub const KEY_PREFIX: &str = "redlock-elector:";
+    /// `redis.timeout`.
+    pub const TIMEOUT: Duration = Duration::from_millis(50);
+    /// `redis.connectTimeout`.
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+    /// `redis.tls.insecureSkipVerify`.
+    pub const INSECURE_SKIP_VERIFY: bool = false;
+    /// `api.listen`: localhost only, the app sits in the same pod.
+    pub const API_LISTEN: SocketAddr =
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 4040));
+    /// `ops.listen`: all interfaces, for Prometheus and the kubelet.
+    pub const OPS_LISTEN: SocketAddr =
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(0, 0, 0, 0), 4041));
+    /// `kubernetes.enabled`.
+    pub const KUBERNETES: KubeEnabled = KubeEnabled::Auto;
+    /// `kubernetes.label.key`.
+    pub const LABEL_KEY: &str = "redlock-elector/role";
+    /// `kubernetes.label.leader`.
+    pub const LABEL_LEADER: &str = "leader";
+    /// `kubernetes.label.follower`.
+    pub const LABEL_FOLLOWER: &str = "follower";
+    /// `kubernetes.events`.
+    pub const EVENTS: bool = true;
+    /// `kubernetes.fencingTokenAnnotation`.
+    pub const FENCING_TOKEN_ANNOTATION: bool = false;
+    /// `log.format`.
+    pub const LOG_FORMAT: LogFormat = LogFormat::Json;
+    /// `log.level`.
+    pub const LOG_LEVEL: &str = "info";
+}
+
+/// A help line ending in its default, as clap would print one.
+fn with_default(help: &str, default: impl Display) -> String {
+    format!("{help} [default: {default}]")
+}
+
+/// A section written as `lease:` with no value (YAML null) is an empty section.
+fn section<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// All settings as given by one layer (the file, or flags and env); `None` = not given there.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Settings {
+    /// `identity`.
+    #[arg(
+        long,
+        env = "REDLOCK_ELECTOR_IDENTITY",
+        value_name = "VALUE",
+        help = "Identity of this replica [default: $POD_NAME, else the hostname]"
+    )]
+    pub identity: Option<Text>,
+    /// `lease.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub lease: LeaseSettings,
+    /// `redis.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub redis: RedisSettings,
+    /// `api.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub api: ApiSettings,
+    /// `ops.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub ops: OpsSettings,
+    /// `kubernetes.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub kubernetes: KubernetesSettings,
+    /// `log.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub log: LogSettings,
+}
+
+/// `lease.*`. The fields are in `--help` order.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaseSettings {
+    /// `lease.name`.
+    #[arg(
+        long = "lease",
+        env = "REDLOCK_ELECTOR_LEASE_NAME",
+        value_name = "VALUE",
+        help = "Lease name (required; lowercase RFC 1123 label, <= 63 chars)"
+    )]
+    pub name: Option<Text>,
+    /// `lease.ttl`.
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_TTL", value_name = "DURATION",
+        help = with_default("Lease time-to-live set on every Redis node", fmt_dur(default::TTL)))]
+    pub ttl: Option<Text>,
+    /// `lease.renewEvery`.
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_RENEW_EVERY", value_name = "DURATION",
+        help = with_default("Renewal period; must be < ttl/2", format_args!("ttl/{}", default::RENEW_DIVISOR)))]
+    pub renew_every: Option<Text>,
+    /// `lease.retryEvery`.
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_RETRY_EVERY", value_name = "DURATION",
+        help = with_default("Follower retry period, jittered", fmt_dur(default::RETRY_EVERY)))]
+    pub retry_every: Option<Text>,
+    /// `lease.driftFactor`.
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_DRIFT_FACTOR", value_name = "VALUE",
+        help = with_default("Clock drift allowance, in [0, 0.1)", default::DRIFT_FACTOR))]
+    pub drift_factor: Option<Text>,
+    /// `lease.prefer`.
+    #[arg(
+        long,
+        env = "REDLOCK_ELECTOR_LEASE_PREFER",
+        value_name = "VALUE",
+        help = "Which candidate leads during rollouts: newest|oldest|none [default: newest with Kubernetes, else none]"
+    )]
+    pub prefer: Option<Text>,
+    /// `lease.priority`.
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_PRIORITY", value_name = "VALUE",
+        help = with_default("This replica's rank, compared before the pod's revision: a higher one is preferred", default::PRIORITY))]
+    pub priority: Option<Text>,
+    /// `lease.preferSettle`.
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_PREFER_SETTLE", value_name = "DURATION",
+        help = with_default("How long a preferred candidate must have been ready before the leader hands over to it", fmt_dur(default::PREFER_SETTLE)))]
+    pub prefer_settle: Option<Text>,
+    /// `lease.keyPrefix`; unlike the others, an empty one is a value (no prefix).
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_KEY_PREFIX", value_name = "VALUE",
+        help = with_default("Prefix of the Redis keys", default::KEY_PREFIX))]
+    pub key_prefix: Option<Text>,
+}
+
+/// `redis.*`.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RedisSettings {
+    /// `redis.endpoints`: the flag repeats, the env var is comma-separated.
+    #[arg(
+        long = "redis",
+        env = "REDLOCK_ELECTOR_REDIS_ENDPOINTS",
+        value_name = "URL",
+        help = "Redis master URL (redis:// or rediss://); repeat for each node (1..=16)"
+    )]
+    pub endpoints: Option<Vec<String>>,
+    /// `redis.timeout`.
+    #[arg(long = "redis-timeout", env = "REDLOCK_ELECTOR_REDIS_TIMEOUT", value_name = "DURATION",
+        help = with_default("Per-node command timeout; must be < ttl/10", fmt_dur(default::TIMEOUT)))]
+    pub timeout: Option<Text>,
+    /// `redis.connectTimeout`.
+    #[arg(long = "redis-connect-timeout", env = "REDLOCK_ELECTOR_REDIS_CONNECT_TIMEOUT",
+        value_name = "DURATION",
+        help = with_default("Per-node connect timeout", fmt_dur(default::CONNECT_TIMEOUT)))]
+    pub connect_timeout: Option<Text>,
+    /// `redis.username`.
+    #[arg(
+        long = "redis-username",
+        env = "REDLOCK_ELECTOR_REDIS_USERNAME",
+        value_name = "VALUE",
+        help = "Redis ACL user"
+    )]
+    pub username: Option<Text>,
+    /// `redis.passwordFile`.
+    #[arg(
+        long = "redis-password-file",
+        env = "REDLOCK_ELECTOR_REDIS_PASSWORD_FILE",
+        value_name = "FILE",
+        help = "File holding the Redis password (or env REDLOCK_ELECTOR_REDIS_PASSWORD)"
+    )]
+    pub password_file: Option<Text>,
+    /// `redis.tls.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub tls: TlsSettings,
+}
+
+/// `redis.tls.*`.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsSettings {
+    /// `redis.tls.caFile`.
+    #[arg(
+        long = "redis-tls-ca-file",
+        env = "REDLOCK_ELECTOR_REDIS_TLS_CA_FILE",
+        value_name = "FILE",
+        help = "PEM CA bundle for rediss:// endpoints"
+    )]
+    pub ca_file: Option<Text>,
+    /// `redis.tls.certFile`.
+    #[arg(
+        long = "redis-tls-cert-file",
+        env = "REDLOCK_ELECTOR_REDIS_TLS_CERT_FILE",
+        value_name = "FILE",
+        help = "PEM client certificate (chain) for servers that require one (tls-auth-clients yes); with keyFile"
+    )]
+    pub cert_file: Option<Text>,
+    /// `redis.tls.keyFile`.
+    #[arg(
+        long = "redis-tls-key-file",
+        env = "REDLOCK_ELECTOR_REDIS_TLS_KEY_FILE",
+        value_name = "FILE",
+        help = "PEM private key of redis.tls.certFile"
+    )]
+    pub key_file: Option<Text>,
+    /// `redis.tls.serverName`.
+    #[arg(
+        long = "redis-tls-server-name",
+        env = "REDLOCK_ELECTOR_REDIS_TLS_SERVER_NAME",
+        value_name = "NAME",
+        help = "Name to verify the server certificate against (and send as SNI) instead of the URL's host, e.g. for endpoints reached by IP"
+    )]
+    pub server_name: Option<Text>,
+    /// `redis.tls.insecureSkipVerify`.
+    #[arg(long = "redis-tls-insecure-skip-verify",
+        env = "REDLOCK_ELECTOR_REDIS_TLS_INSECURE_SKIP_VERIFY", value_name = "BOOL",
+        help = with_default("Skip TLS certificate verification (testing only)", default::INSECURE_SKIP_VERIFY))]
+    pub insecure_skip_verify: Option<Text>,
+}
+
+/// `api.*`.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ApiSettings {
+    /// `api.listen`.
+    #[arg(id = "api.listen", long = "api-listen", env = "REDLOCK_ELECTOR_API_LISTEN",
+        value_name = "ADDR", help = with_default("Address of the app-facing API", default::API_LISTEN))]
+    pub listen: Option<Text>,
+}
+
+/// `ops.*`.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OpsSettings {
+    /// `ops.listen`.
+    #[arg(id = "ops.listen", long = "ops-listen", env = "REDLOCK_ELECTOR_OPS_LISTEN",
+        value_name = "ADDR", help = with_default("Address of /metrics and probes", default::OPS_LISTEN))]
+    pub listen: Option<Text>,
+}
+
+/// `kubernetes.*`.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubernetesSettings {
+    /// `kubernetes.enabled`.
+    #[arg(long = "kubernetes", env = "REDLOCK_ELECTOR_KUBERNETES_ENABLED", value_name = "VALUE",
+        help = with_default("Publish a pod label and Events: auto|true|false", default::KUBERNETES.as_str()))]
+    pub enabled: Option<Text>,
+    /// `kubernetes.podName`.
+    #[arg(
+        long,
+        env = "REDLOCK_ELECTOR_KUBERNETES_POD_NAME",
+        value_name = "VALUE",
+        help = "Own pod name [default: $POD_NAME]"
+    )]
+    pub pod_name: Option<Text>,
+    /// `kubernetes.namespace`.
+    #[arg(
+        long,
+        env = "REDLOCK_ELECTOR_KUBERNETES_NAMESPACE",
+        value_name = "VALUE",
+        help = "Own namespace [default: $POD_NAMESPACE, else the service-account namespace]"
+    )]
+    pub namespace: Option<Text>,
+    /// `kubernetes.label.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub label: LabelSettings,
+    /// `kubernetes.events`.
+    #[arg(long, env = "REDLOCK_ELECTOR_KUBERNETES_EVENTS", value_name = "BOOL",
+        help = with_default("Emit Kubernetes Events on leadership changes", default::EVENTS))]
+    pub events: Option<Text>,
+    /// `kubernetes.fencingTokenAnnotation`.
+    #[arg(long, env = "REDLOCK_ELECTOR_KUBERNETES_FENCING_TOKEN_ANNOTATION", value_name = "BOOL",
+        help = with_default("Annotate the leader pod with redlock-elector/fencing-token", default::FENCING_TOKEN_ANNOTATION))]
+    pub fencing_token_annotation: Option<Text>,
+}
+
+/// `kubernetes.label.*`.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LabelSettings {
+    /// `kubernetes.label.key`.
+    #[arg(long = "label-key", env = "REDLOCK_ELECTOR_KUBERNETES_LABEL_KEY", value_name = "VALUE",
+        help = with_default("Role label key", default::LABEL_KEY))]
+    pub key: Option<Text>,
+    /// `kubernetes.label.leader`.
+    #[arg(long = "label-leader", env = "REDLOCK_ELECTOR_KUBERNETES_LABEL_LEADER",
+        value_name = "VALUE", help = with_default("Role label value while leader", default::LABEL_LEADER))]
+    pub leader: Option<Text>,
+    /// `kubernetes.label.follower`.
+    #[arg(long = "label-follower", env = "REDLOCK_ELECTOR_KUBERNETES_LABEL_FOLLOWER",
+        value_name = "VALUE", help = with_default("Role label value while follower", default::LABEL_FOLLOWER))]
+    pub follower: Option<Text>,
+}
+
+/// `log.*`.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LogSettings {
+    /// `log.format`.
+    #[arg(long = "log-format", env = "REDLOCK_ELECTOR_LOG_FORMAT", value_name = "VALUE",
+        help = with_default("Log format: json|text", default::LOG_FORMAT.as_str()))]
+    pub format: Option<Text>,
+    /// `log.level`.
+    #[arg(long = "log-level", env = "REDLOCK_ELECTOR_LOG_LEVEL", value_name = "VALUE",
+        help = with_default("Log level or tracing filter", default::LOG_LEVEL))]
+    pub level: Option<Text>,
+}

@@ -1,0 +1,480 @@
+//! Unit tests of the whole config path: file + flags → validated [`Config`] → `check-config`.
+//! The `REDLOCK_ELECTOR_*` env vars are read by clap from the process, so these tests use flags
+//! (the same clap arguments); tests/cli.rs runs the binary with env vars.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+
+#[derive(Default)]
+struct FakeEnv {
+    vars: HashMap<String, String>,
+    files: HashMap<PathBuf, String>,
+}
+
+impl Env for FakeEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        self.vars.get(name).cloned()
+    }
+    fn read(&self, path: &Path) -> std::io::Result<String> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+    }
+}
+
+fn env() -> FakeEnv {
+    let mut e = FakeEnv::default();
+    e.vars.insert("POD_NAME".into(), "pod-a".into());
+    e
+}
+
+/// Validate a config file's text.
+fn load_yaml(yaml: &str, e: &FakeEnv) -> Result<Config, ConfigError> {
+    let settings = file::parse("c.yaml", yaml).map_err(|e| err("c.yaml", e.to_string()))?;
+    validate(&settings, e, UnsafeSwitches::default())
+}
+
+/// Parse and validate a command line (`re` stands for the binary).
+fn load_args(args: &[&str], e: &FakeEnv) -> Result<Invocation, Error> {
+    load(std::iter::once("re").chain(args.iter().copied()), e)
+}
+
+fn run_config(args: &[&str], e: &FakeEnv) -> Config {
+    match load_args(args, e) {
+        Ok(Invocation {
+            config,
+            mode: Mode::Run,
+        }) => config,
+        other => panic!("{args:?}: {other:?}"),
+    }
+}
+
+fn invalid_field(args: &[&str], e: &FakeEnv) -> String {
+    match load_args(args, e) {
+        Err(Error::Invalid(e)) => e.field,
+        other => panic!("{args:?}: {other:?}"),
+    }
+}
+
+const OK: &str =
+    "lease: {name: my-app}\nredis: {endpoints: [redis://a:1, redis://b:2, redis://c]}\n";
+
+#[test]
+fn defaults() {
+    let c = load_yaml(OK, &env()).unwrap();
+    assert_eq!(c.identity, "pod-a");
+    assert_eq!(c.lease.ttl, Duration::from_secs(10));
+    assert_eq!(c.lease.renew_every, Duration::from_millis(3333));
+    assert_eq!(c.lease.retry_every, Duration::from_secs(1));
+    assert_eq!(c.lease.key_prefix, "redlock-elector:");
+    assert_eq!(c.redis.timeout, Duration::from_millis(50));
+    assert_eq!(c.redis.endpoints[2].name, "c:6379");
+    assert_eq!(c.api_listen.to_string(), "127.0.0.1:4040");
+    assert_eq!(c.ops_listen.to_string(), "0.0.0.0:4041");
+    assert!(!c.kubernetes.is_enabled());
+    assert!(c.warnings.is_empty());
+    assert_eq!(c.lease.prefer, Prefer::None);
+    assert_eq!(c.lease.priority, 0);
+    assert_eq!(c.lease.prefer_settle, Duration::from_secs(5));
+}
+
+#[test]
+fn preference_settings() {
+    // Newest by default once Kubernetes publishing is on.
+    let mut e = env();
+    e.vars
+        .insert("KUBERNETES_SERVICE_HOST".into(), "10.0.0.1".into());
+    assert_eq!(load_yaml(OK, &e).unwrap().lease.prefer, Prefer::Newest);
+    let c = load_yaml(
+        "lease: {name: a, prefer: Oldest, priority: -3, preferSettle: 2s}\nredis: {endpoints: [redis://a]}",
+        &env(),
+    )
+    .unwrap();
+    assert_eq!(c.lease.prefer, Prefer::Oldest);
+    assert_eq!(c.lease.priority, -3);
+    assert_eq!(c.lease.prefer_settle, Duration::from_secs(2));
+    let mut e = env();
+    e.files.insert("c.yaml".into(), OK.into());
+    let c = run_config(
+        &["-c", "c.yaml", "--priority", "7", "--prefer", "newest"],
+        &e,
+    );
+    assert_eq!((c.lease.prefer, c.lease.priority), (Prefer::Newest, 7));
+    let yaml = effective_yaml(&c);
+    assert!(yaml.contains("prefer: newest"), "{yaml}");
+    assert!(yaml.contains("priority: 7"), "{yaml}");
+    assert!(yaml.contains("preferSettle: 5s"), "{yaml}");
+    let c = run_config(
+        &[
+            "--lease",
+            "a",
+            "--redis",
+            "redis://a",
+            "--priority",
+            "2",
+            "--prefer",
+            "none",
+        ],
+        &env(),
+    );
+    assert_eq!((c.lease.prefer, c.lease.priority), (Prefer::None, 2));
+}
+
+#[test]
+fn flags_override_the_file_and_empty_means_default() {
+    let mut e = env();
+    e.files.insert(
+        "f.yaml".into(),
+        "lease:\n  name: my-app\n  ttl: 20s\n  keyPrefix: k\nredis: {endpoints: [redis://x:1, redis://y:2]}\n"
+            .into(),
+    );
+    let c = run_config(&["--config", "f.yaml", "--ttl", "3s"], &e);
+    assert_eq!(c.lease.ttl, Duration::from_secs(3));
+    assert_eq!(c.lease.key_prefix, "k");
+    assert_eq!(c.redis.endpoints.len(), 2);
+    assert!(c.warnings[0].contains("even"));
+    let c = run_config(&["--config", "f.yaml"], &e);
+    assert_eq!(c.lease.ttl, Duration::from_secs(20));
+    // An empty value overrides the file and means the default; an empty prefix is a prefix.
+    let c = run_config(&["--config", "f.yaml", "--ttl=", "--key-prefix="], &e);
+    assert_eq!(c.lease.ttl, Duration::from_secs(10));
+    assert_eq!(c.lease.key_prefix, "");
+    // check-config takes the settings flags too, before or after its file.
+    let inv = load_args(&["--ttl", "4s", "check-config", "f.yaml", "--connect"], &e).unwrap();
+    assert_eq!(inv.mode, Mode::CheckConfig { connect: true });
+    assert_eq!(inv.config.lease.ttl, Duration::from_secs(4));
+}
+
+/// Every flag and env var name, as documented (README "Configuration"): none may change.
+#[test]
+fn flag_and_env_names() {
+    let want = [
+        ("identity", "IDENTITY"),
+        ("lease", "LEASE_NAME"),
+        ("ttl", "LEASE_TTL"),
+        ("renew-every", "LEASE_RENEW_EVERY"),
+        ("retry-every", "LEASE_RETRY_EVERY"),
+        ("drift-factor", "LEASE_DRIFT_FACTOR"),
+        ("prefer", "LEASE_PREFER"),
+        ("priority", "LEASE_PRIORITY"),
+        ("prefer-settle", "LEASE_PREFER_SETTLE"),
+        ("key-prefix", "LEASE_KEY_PREFIX"),
+        ("redis", "REDIS_ENDPOINTS"),
+        ("redis-timeout", "REDIS_TIMEOUT"),
+        ("redis-connect-timeout", "REDIS_CONNECT_TIMEOUT"),
+        ("redis-username", "REDIS_USERNAME"),
+        ("redis-password-file", "REDIS_PASSWORD_FILE"),
+        ("redis-tls-ca-file", "REDIS_TLS_CA_FILE"),
+        ("redis-tls-cert-file", "REDIS_TLS_CERT_FILE"),
+        ("redis-tls-key-file", "REDIS_TLS_KEY_FILE"),
+        ("redis-tls-server-name", "REDIS_TLS_SERVER_NAME"),
+        (
+            "redis-tls-insecure-skip-verify",
+            "REDIS_TLS_INSECURE_SKIP_VERIFY",
+        ),
+        ("api-listen", "API_LISTEN"),
+        ("ops-listen", "OPS_LISTEN"),
+        ("kubernetes", "KUBERNETES_ENABLED"),
+        ("pod-name", "KUBERNETES_POD_NAME"),
+        ("namespace", "KUBERNETES_NAMESPACE"),
+        ("label-key", "KUBERNETES_LABEL_KEY"),
+        ("label-leader", "KUBERNETES_LABEL_LEADER"),
+        ("label-follower", "KUBERNETES_LABEL_FOLLOWER"),
+        ("events", "KUBERNETES_EVENTS"),
+        (
+            "fencing-token-annotation",
+            "KUBERNETES_FENCING_TOKEN_ANNOTATION",
+        ),
+        ("log-format", "LOG_FORMAT"),
+        ("log-level", "LOG_LEVEL"),
+    ];
+    let cmd = command();
+    let got: Vec<(String, String)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            Some((
+                a.get_long()?.to_string(),
+                a.get_env()?.to_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(f, e)| (f.to_string(), format!("REDLOCK_ELECTOR_{e}")))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn tls_client_certificate_and_server_name() {
+    let mut e = env();
+    e.files.insert("/ca".into(), "ca".into());
+    e.files.insert("/crt".into(), "crt".into());
+    e.files.insert("/key".into(), "key".into());
+    let c = load_yaml(
+        "lease: {name: a}\nredis: {endpoints: ['rediss://10.0.0.1:6380'], tls: {caFile: /ca, certFile: /crt, keyFile: /key, serverName: redis.example.internal}}",
+        &e,
+    )
+    .unwrap();
+    assert_eq!(c.redis.tls_cert_file.as_deref(), Some(Path::new("/crt")));
+    assert_eq!(c.redis.tls_key_file.as_deref(), Some(Path::new("/key")));
+    assert_eq!(
+        c.redis.tls_server_name.as_deref(),
+        Some("redis.example.internal")
+    );
+    let yaml = effective_yaml(&c);
+    for want in [
+        "certFile: /crt",
+        "keyFile: /key",
+        "serverName: redis.example.internal",
+    ] {
+        assert!(yaml.contains(want), "{want} missing in:\n{yaml}");
+    }
+    let bad: &[(&str, &str)] = &[
+        ("tls: {certFile: /crt}", "redis.tls.keyFile"),
+        ("tls: {keyFile: /key}", "redis.tls.certFile"),
+        (
+            "tls: {certFile: /nope, keyFile: /key}",
+            "redis.tls.certFile",
+        ),
+        ("tls: {certFile: /crt, keyFile: /nope}", "redis.tls.keyFile"),
+        ("tls: {serverName: 'not a name'}", "redis.tls.serverName"),
+    ];
+    for (tls, field) in bad {
+        let yaml = format!("lease: {{name: a}}\nredis: {{endpoints: ['rediss://h'], {tls}}}");
+        assert_eq!(load_yaml(&yaml, &e).unwrap_err().field, *field, "{yaml}");
+    }
+    // Flags spell them too.
+    let c = run_config(
+        &[
+            "--lease",
+            "a",
+            "--redis",
+            "rediss://h",
+            "--redis-tls-cert-file",
+            "/crt",
+            "--redis-tls-key-file",
+            "/key",
+            "--redis-tls-server-name",
+            "redis.test",
+        ],
+        &e,
+    );
+    assert_eq!(c.redis.tls_server_name.as_deref(), Some("redis.test"));
+}
+
+#[test]
+fn check_config_connect_flag() {
+    let mut e = env();
+    e.files.insert(
+        "c.yaml".into(),
+        "lease: {name: a}\nredis: {endpoints: [redis://h]}".into(),
+    );
+    for (args, connect) in [
+        (vec!["check-config", "c.yaml"], false),
+        (vec!["check-config", "--connect", "c.yaml"], true),
+    ] {
+        let mode = load_args(&args, &e).unwrap().mode;
+        assert_eq!(mode, Mode::CheckConfig { connect });
+    }
+}
+
+#[test]
+fn file_errors_name_the_file_and_exit_2() {
+    let mut e = env();
+    e.files
+        .insert("bad.yaml".into(), "lease: {name: a, tll: 1s}".into());
+    let err = load_args(&["check-config", "bad.yaml"], &e).unwrap_err();
+    assert!(matches!(err, Error::Syntax { .. }), "{err:?}");
+    assert!(err.to_string().starts_with("bad.yaml: "), "{err}");
+    assert!(err.to_string().contains("tll"), "{err}");
+    let err = load_args(&["--config", "missing.yaml"], &e).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("--config: cannot read missing.yaml: "),
+        "{err}"
+    );
+    assert!(matches!(
+        load_args(&["--bogus"], &e),
+        Err(Error::Usage(u)) if u.exit_code() == 2
+    ));
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let cases: &[(&str, &str)] = &[
+        ("redis: {endpoints: [redis://a]}", "lease.name"),
+        (
+            "lease: {name: My_App}\nredis: {endpoints: [redis://a]}",
+            "lease.name",
+        ),
+        ("lease: {name: a}", "redis.endpoints"),
+        (
+            "lease: {name: a}\nredis: {endpoints: [http://a]}",
+            "redis.endpoints[0]",
+        ),
+        (
+            "lease: {name: a}\nredis: {endpoints: ['not a url']}",
+            "redis.endpoints[0]",
+        ),
+        (
+            "lease: {name: a, ttl: 10}\nredis: {endpoints: [redis://a]}",
+            "lease.ttl",
+        ),
+        (
+            "lease: {name: a, ttl: 50ms}\nredis: {endpoints: [redis://a]}",
+            "lease.ttl",
+        ),
+        (
+            "lease: {name: a, ttl: 1s, renewEvery: 500ms}\nredis: {endpoints: [redis://a]}",
+            "lease.renewEvery",
+        ),
+        (
+            "lease: {name: a, ttl: 1s}\nredis: {endpoints: [redis://a], timeout: 100ms}",
+            "redis.timeout",
+        ),
+        (
+            "lease: {name: a, driftFactor: 0.1}\nredis: {endpoints: [redis://a]}",
+            "lease.driftFactor",
+        ),
+        (
+            "lease: {name: a, driftFactor: -0.01}\nredis: {endpoints: [redis://a]}",
+            "lease.driftFactor",
+        ),
+        (
+            "lease: {name: a}\nredis: {endpoints: [redis://a], passwordFile: /nope}",
+            "redis.passwordFile",
+        ),
+        (
+            "lease: {name: a}\nredis: {endpoints: [redis://a]}\napi: {listen: nope}",
+            "api.listen",
+        ),
+        (
+            "lease: {name: a}\nredis: {endpoints: [redis://a]}\nlog: {format: xml}",
+            "log.format",
+        ),
+        (
+            "lease: {name: a, prefer: latest}\nredis: {endpoints: [redis://a]}",
+            "lease.prefer",
+        ),
+        (
+            "lease: {name: a, priority: high}\nredis: {endpoints: [redis://a]}",
+            "lease.priority",
+        ),
+        (
+            "lease: {name: a, preferSettle: 5}\nredis: {endpoints: [redis://a]}",
+            "lease.preferSettle",
+        ),
+        (
+            "lease: {name: a}\nredis: {endpoints: [redis://a]}\nkubernetes: {enabled: maybe}",
+            "kubernetes.enabled",
+        ),
+    ];
+    for (yaml, field) in cases {
+        let e = load_yaml(yaml, &env()).unwrap_err();
+        assert_eq!(&e.field, field, "{yaml}: {e}");
+    }
+    assert_eq!(
+        invalid_field(&["--lease", "a", "--ttl", "1s"], &env()),
+        "redis.endpoints"
+    );
+}
+
+#[test]
+fn fencing_token_annotation() {
+    let c = load_yaml(OK, &env()).unwrap();
+    assert!(!c.kubernetes.fencing_token_annotation, "off by default");
+    let c = load_yaml(
+        &format!("{OK}kubernetes: {{fencingTokenAnnotation: true}}"),
+        &env(),
+    )
+    .unwrap();
+    assert!(c.kubernetes.fencing_token_annotation);
+    assert!(effective_yaml(&c).contains("fencingTokenAnnotation: true"));
+    let e = load_yaml(
+        &format!("{OK}kubernetes: {{fencingTokenAnnotation: sometimes}}"),
+        &env(),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "kubernetes.fencingTokenAnnotation", "{e}");
+    let mut e = env();
+    e.files.insert(
+        "c.yaml".into(),
+        format!("{OK}kubernetes: {{fencingTokenAnnotation: true}}"),
+    );
+    let c = run_config(&["-c", "c.yaml", "--fencing-token-annotation", "false"], &e);
+    assert!(!c.kubernetes.fencing_token_annotation);
+}
+
+#[test]
+fn a_repeated_flag_takes_the_last_value() {
+    let c = run_config(
+        &[
+            "--lease",
+            "a",
+            "--redis",
+            "redis://a",
+            "--redis",
+            "redis://b",
+            "--redis",
+            "redis://c",
+            "--kubernetes",
+            "false",
+            "--kubernetes",
+            "true",
+        ],
+        &env(),
+    );
+    assert!(c.kubernetes.is_enabled());
+    assert_eq!(c.redis.endpoints.len(), 3, "--redis still accumulates");
+}
+
+#[test]
+fn unknown_keys_are_rejected() {
+    let e = load_yaml(
+        "lease: {name: a, tll: 1s}\nredis: {endpoints: [redis://a]}",
+        &env(),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("tll"), "{e}");
+}
+
+#[test]
+fn duration_hint() {
+    let e = parse_duration("lease.ttl", "10").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "lease.ttl: \"10\" is not a duration (try \"10s\")"
+    );
+}
+
+#[test]
+fn passwords_never_print() {
+    let mut e = env();
+    e.files.insert("/pw".into(), "s3cret-file\n".into());
+    let c = load_yaml(
+        "lease: {name: a}\nredis: {endpoints: ['redis://u:s3cret-url@h:1'], passwordFile: /pw}",
+        &e,
+    )
+    .unwrap();
+    assert_eq!(c.redis.password.as_ref().unwrap().expose(), "s3cret-file");
+    let out = effective_yaml(&c);
+    assert!(!out.contains("s3cret"), "{out}");
+    assert!(out.contains("<redacted>"));
+    assert!(!format!("{c:?}").contains("s3cret"));
+    let err = parse_endpoint("x", "redis://u:s3cret@").unwrap_err();
+    assert!(!err.to_string().contains("s3cret"));
+}
+
+#[test]
+fn dns_labels() {
+    assert!(is_dns_label("my-app"));
+    assert!(is_dns_label("a"));
+    assert!(!is_dns_label("-a"));
+    assert!(!is_dns_label("A"));
+    assert!(!is_dns_label(&"a".repeat(64)));
+}
