@@ -99,8 +99,11 @@ fn labels(s: &LabelSettings) -> Result<(String, String, String), ConfigError> {
 
 /// Which candidate leadership moves to, and how eagerly.
 pub(super) struct Preference {
+    /// `lease.prefer`.
     pub(super) prefer: Prefer,
+    /// `lease.priority`.
     pub(super) priority: i64,
+    /// `lease.preferSettle`.
     pub(super) prefer_settle: Duration,
 }
 

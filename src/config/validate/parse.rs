@@ -91,3 +91,28 @@ pub(super) fn is_label_key(k: &str) -> bool {
 pub fn fmt_dur(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_keys_and_values() {
+        assert!(is_label_key("redlock-elector/role"));
+        assert!(is_label_key("example.com/r"));
+        assert!(!is_label_key("bad key"));
+        assert!(!is_label_key("/role"));
+        assert!(is_label_value(""));
+        assert!(!is_label_value("-x"));
+    }
+
+    #[test]
+    fn booleans() {
+        assert_eq!(parse_bool("f", " Yes "), Ok(true));
+        assert_eq!(parse_bool("f", "0"), Ok(false));
+        assert_eq!(
+            parse_bool("f", "sometimes").unwrap_err().to_string(),
+            "f: \"sometimes\" is not a boolean (true or false)"
+        );
+    }
+}
