@@ -99,7 +99,11 @@ fn timing(s: &LeaseSettings) -> Result<Timing, ConfigError> {
     if ttl < MIN_TTL {
         return Err(err(
             "lease.ttl",
-            format!("{} is below the minimum of 100ms", fmt_dur(ttl)),
+            format!(
+                "{} is below the minimum of {}",
+                fmt_dur(ttl),
+                fmt_dur(MIN_TTL)
+            ),
         ));
     }
     // Whole milliseconds keep the default readable (10s → 3s 333ms).

@@ -145,7 +145,11 @@ pub(super) fn preference(
     if prefer_settle > MAX_PREFER_SETTLE {
         return Err(err(
             "lease.preferSettle",
-            format!("{} is above the maximum of 1h", fmt_dur(prefer_settle)),
+            format!(
+                "{} is above the maximum of {}",
+                fmt_dur(prefer_settle),
+                fmt_dur(MAX_PREFER_SETTLE)
+            ),
         ));
     }
     Ok(Preference {
