@@ -52,6 +52,7 @@ struct Converge {
 }
 
 impl Converge {
+    /// Nothing applied yet; the first pass labels the pod with the role wanted then.
     fn new() -> Self {
         Converge {
             applied: None,
@@ -74,6 +75,7 @@ impl Converge {
         self.retry_at.filter(|_| self.applied != Some(role))
     }
 
+    /// The label shows `role`: forget the failures.
     fn succeeded(&mut self, role: Role) {
         if self.failures > 0 {
             tracing::info!(
@@ -88,6 +90,7 @@ impl Converge {
         self.retry_at = None;
     }
 
+    /// An attempt for `role` failed: schedule the retry, log the first and every tenth.
     fn failed(&mut self, role: Role, e: &CallError) {
         self.failures += 1;
         let delay = self.backoff.next_delay();
@@ -98,6 +101,7 @@ impl Converge {
         self.retry_at = Some(Instant::now() + delay);
     }
 
+    /// Told to finish: stop once the label shows follower.
     fn finish(&mut self) {
         self.finishing = true;
         // Little time is left: retry quickly, and without waiting out a long delay.

@@ -47,15 +47,21 @@ struct EventJob {
     at: Timestamp,
 }
 
+/// The leadership change an Event reports.
 enum EventKind {
     /// Became leader of a term.
-    BecameLeader { token: u64 },
+    BecameLeader {
+        /// The term's fencing token, named in the message.
+        token: u64,
+    },
     /// Lost leadership. The reason is read when the Event is first sent: the elector publishes it
     /// right after the step-down, which the publisher may see first (at the deadline). The
     /// receiver was marked seen when the term began, so an unchanged value means the reason is
     /// not out yet.
     Lost {
+        /// The ended term's fencing token, named in the message.
         token: u64,
+        /// The elector's step-down reason, read when the Event is sent.
         reason: watch::Receiver<Option<StepDownReason>>,
     },
 }
@@ -152,6 +158,7 @@ impl Sender {
         }
     }
 
+    /// Reason, type and message of `kind`; a loss reads the elector's reason now.
     fn describe(&self, kind: EventKind) -> Described {
         let (identity, lease) = (&self.settings.identity, &self.settings.lease);
         match kind {
@@ -187,6 +194,7 @@ impl Sender {
         }
     }
 
+    /// The `core/v1` Event on the own pod.
     fn build(&self, at: Timestamp, seq: u16, d: Described) -> Event {
         let time = Time(at);
         let pod = &self.settings.pod;

@@ -67,6 +67,7 @@ impl Pods {
         }
     }
 
+    /// Patch the own pod to `role`, reading its version first if unknown.
     async fn patch_self(&mut self, role: Role) -> Result<(), CallError> {
         if self.resource_version.is_none() {
             let pod = call(&self.metrics, "get", self.api.get(&self.settings.pod)).await?;
@@ -94,6 +95,7 @@ impl Pods {
         .await
     }
 
+    /// Keep the version (the next patch's precondition) and the UID (for Events) of `pod`.
     fn remember(&mut self, pod: &Pod) {
         self.resource_version = pod.metadata.resource_version.clone();
         if pod.metadata.uid.is_some() && *self.uid.borrow() != pod.metadata.uid {
