@@ -15,7 +15,8 @@
 //!   publishes a `watch` of [`leadership::Leadership`].
 //! - [`leadership`] — the published state and the answer-time [`leadership::View`].
 //! - publishers, each a consumer of that watch: [`api`] (/leader, long-poll, SSE, step-down),
-//!   [`ops`] (/metrics, probes), [`kube`] (pod label, fencing-token annotation, Events).
+//!   [`ops`] (/metrics, probes), [`publish::k8s`] (pod label, fencing-token annotation,
+//!   Events, the own pod's standing).
 //! - [`metrics`] — the Prometheus registry.
 //! - [`probe`] — `check-config --connect`: the real handshake against every endpoint, and the
 //!   quorum verdict.
@@ -29,12 +30,12 @@ pub mod api;
 pub mod backoff;
 pub mod config;
 pub mod elector;
-pub mod kube;
 pub mod leadership;
 pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod probe;
+pub mod publish;
 pub mod redlock;
 pub mod run;
 

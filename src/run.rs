@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, Shared};
 use crate::config::Config;
 use crate::elector::{self, Elector, Timing};
-use crate::kube;
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
+use crate::publish::k8s;
 use crate::redlock::Redlock;
 use crate::{Error, Result};
 
@@ -44,6 +45,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         })?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stop = CancellationToken::new();
     let timing = Timing::new(
         config.lease.ttl,
         config.lease.renew_every,
@@ -51,17 +53,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     // The candidate's standing: the own pod's revision, creation time and Ready condition in
     // Kubernetes (polled), nothing to wait for elsewhere.
-    let kube_settings = kube::Settings::from_config(&config);
+    let kube_settings = k8s::Settings::from_config(&config);
     let (standing_tx, standing_rx) = watch::channel(match &kube_settings {
         Some(_) => elector::Standing::unknown(),
         None => elector::Standing::fixed(),
     });
     if let Some(settings) = &kube_settings {
-        tokio::spawn(kube::poll_pod(
+        tokio::spawn(k8s::poll_pod(
             settings.clone(),
             metrics.clone(),
             standing_tx,
-            stop_rx.clone(),
+            stop.clone(),
         ));
     }
     let (elector, handles) = Elector::new(
@@ -96,17 +98,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // The kube publisher only reads the leadership watches; it is told to finish after the
     // elector has released, and then gets at most KUBE_FINISH to label the pod follower.
     let publisher = kube_settings.map(|settings| {
-        let (finish_tx, finish_rx) = watch::channel(false);
+        let finish = CancellationToken::new();
         let task = tokio::spawn(
-            kube::Publisher::new(
+            k8s::Publisher::new(
                 settings,
                 metrics.clone(),
                 handles.leadership.clone(),
                 handles.reason.clone(),
             )
-            .run(finish_rx),
+            .run(finish.clone()),
         );
-        (finish_tx, task)
+        (finish, task)
     });
 
     let shared = Shared {
@@ -156,6 +158,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tracing::info!("shutting down: stepping down and releasing the lease");
     let started = tokio::time::Instant::now();
     let _ = stop_tx.send(true);
+    stop.cancel();
     let grace = config.redis.timeout * 2 + Duration::from_millis(900);
     // The elector's release returns at a quorum of confirmations; the other nodes' releases
     // finish in the background, and the process must not exit before they are written.
@@ -170,14 +173,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         );
         elector_task.abort();
     }
-    if let Some((finish_tx, mut task)) = publisher {
+    if let Some((finish, mut task)) = publisher {
         // The whole shutdown stays within 2×timeout + 1s, however slow the API server is.
         let bound = config.redis.timeout * 2 + Duration::from_secs(1);
         let left = bound
             .saturating_sub(started.elapsed())
             .saturating_sub(Duration::from_millis(50))
             .min(KUBE_FINISH);
-        let _ = finish_tx.send(true);
+        finish.cancel();
         if tokio::time::timeout(left, &mut task).await.is_err() {
             tracing::warn!(
                 waited_ms = left.as_millis() as u64,

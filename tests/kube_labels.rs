@@ -1,5 +1,6 @@
-//! The `kube` publisher end to end: real redis-server processes, the real binary, real signals,
-//! and a recording fake API server reached through a kubeconfig (the real kube client runs).
+//! The Kubernetes publisher (`publish::k8s`) end to end: real redis-server processes, the real
+//! binary, real signals, and a recording fake API server reached through a kubeconfig (the real
+//! kube client runs).
 //! Every test ends by checking each request the sidecars made against the chart's Role.
 
 mod common;

@@ -1,6 +1,6 @@
-//! A recording fake of the Kubernetes API server, just enough for the `kube` publisher: plain
-//! HTTP/1.1 on loopback (keep-alive, one thread per connection), reached through a generated
-//! kubeconfig so the real client code path runs.
+//! A recording fake of the Kubernetes API server, just enough for the `publish::k8s` publisher:
+//! plain HTTP/1.1 on loopback (keep-alive, one thread per connection), reached through a
+//! generated kubeconfig so the real client code path runs.
 //!
 //! - pods: GET one, LIST with a `labelSelector` (`k=v`, `k==v`, `k!=v`, `k`, `!k`), PATCH with
 //!   JSON merge patch semantics (RFC 7386; content type checked; a `metadata.resourceVersion` in

@@ -1,0 +1,299 @@
+//! The converge loop: drive the own pod's label to the role wanted *now*, retrying with backoff,
+//! dropping an attempt as soon as its role is no longer wanted, and finishing on follower.
+
+use std::time::Duration;
+
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::call::CallError;
+use super::events::Events;
+use super::pods::Pods;
+use super::{BACKOFF_MAX, Role, Settings, Wanted, connect, retry_backoff};
+use crate::backoff::Backoff;
+use crate::elector::StepDownReason;
+use crate::leadership::Leadership;
+use crate::metrics::Metrics;
+
+/// The retry cap once told to finish: little time is left, so retry quickly.
+const FINISH_BACKOFF_MAX: Duration = Duration::from_millis(100);
+
+/// The publisher task.
+pub struct Publisher {
+    /// Fixed settings.
+    settings: Settings,
+    /// Request counters.
+    metrics: Metrics,
+    /// Leadership as the elector publishes it.
+    leadership: watch::Receiver<Leadership>,
+    /// Why the last term ended (for Events).
+    reason: watch::Receiver<Option<StepDownReason>>,
+}
+
+/// The converge loop's state between wake-ups.
+struct Converge {
+    /// The role the API server confirmed last; `None` while unknown (an attempt that failed,
+    /// timed out or was dropped may still land).
+    applied: Option<Role>,
+    /// The role last read from the watch, to queue the Events of a change once.
+    seen: Role,
+    /// Delays between failed attempts.
+    backoff: Backoff,
+    /// Earliest start of the next attempt after a failure.
+    retry_at: Option<Instant>,
+    /// Failed attempts in a row, to log the first and every tenth.
+    failures: u32,
+    /// `finish` was cancelled: stop once the label shows follower.
+    finishing: bool,
+    /// The elector's watch is closed; only a term's deadline can still change the role.
+    elector_gone: bool,
+}
+
+impl Converge {
+    /// Nothing applied yet; the first pass labels the pod with the role wanted then.
+    fn new() -> Self {
+        Converge {
+            applied: None,
+            seen: Role::Follower,
+            backoff: retry_backoff(),
+            retry_at: None,
+            failures: 0,
+            finishing: false,
+            elector_gone: false,
+        }
+    }
+
+    /// Whether the label still has to be changed to `role`, and the backoff allows it now.
+    fn attempt_due(&self, role: Role, now: Instant) -> bool {
+        self.applied != Some(role) && self.retry_at.is_none_or(|t| now >= t)
+    }
+
+    /// The pending retry, if the label does not show `role` yet.
+    fn retry_for(&self, role: Role) -> Option<Instant> {
+        self.retry_at.filter(|_| self.applied != Some(role))
+    }
+
+    /// The label shows `role`: forget the failures.
+    fn succeeded(&mut self, role: Role) {
+        if self.failures > 0 {
+            tracing::info!(
+                failures = self.failures,
+                "pod label converged after failures"
+            );
+        }
+        tracing::debug!(?role, "pod label updated");
+        self.applied = Some(role);
+        self.failures = 0;
+        self.backoff.reset();
+        self.retry_at = None;
+    }
+
+    /// An attempt for `role` failed: schedule the retry, log the first and every tenth.
+    fn failed(&mut self, role: Role, e: &CallError) {
+        self.failures += 1;
+        let delay = self.backoff.next_delay();
+        if self.failures == 1 || self.failures.is_multiple_of(10) {
+            tracing::warn!(error = %e, ?role, failures = self.failures, retry_in_ms = delay.as_millis() as u64,
+                "pod label update failed; retrying (the election is not affected)");
+        }
+        self.retry_at = Some(Instant::now() + delay);
+    }
+
+    /// Told to finish: stop once the label shows follower.
+    fn finish(&mut self) {
+        self.finishing = true;
+        // Little time is left: retry quickly, and without waiting out a long delay.
+        self.backoff.cap(FINISH_BACKOFF_MAX);
+        self.retry_at = None;
+    }
+}
+
+impl Publisher {
+    /// A publisher for `settings`, reading the elector's watches.
+    pub fn new(
+        settings: Settings,
+        metrics: Metrics,
+        leadership: watch::Receiver<Leadership>,
+        reason: watch::Receiver<Option<StepDownReason>>,
+    ) -> Self {
+        Publisher {
+            settings,
+            metrics,
+            leadership,
+            reason,
+        }
+    }
+
+    /// Run until `finish` is cancelled and the label shows the final state (follower); the
+    /// caller bounds how long it waits for that.
+    pub async fn run(mut self, finish: CancellationToken) {
+        let Some(client) = self.connect(&finish).await else {
+            return;
+        };
+        let namespace = self.settings.namespace_of(&client);
+        tracing::info!(pod = %self.settings.pod, %namespace, "kubernetes publishing started");
+        let (uid_tx, uid_rx) = watch::channel(None);
+        let api = Api::namespaced(client.clone(), &namespace);
+        let mut pods = Pods::new(self.settings.clone(), self.metrics.clone(), api, uid_tx);
+        let mut events = self.settings.events.then(|| {
+            let (settings, metrics) = (self.settings.clone(), self.metrics.clone());
+            Events::start(
+                client,
+                settings,
+                namespace,
+                metrics,
+                uid_rx,
+                self.reason.clone(),
+            )
+        });
+        let mut state = Converge::new();
+        loop {
+            let now = Instant::now();
+            let wanted = Wanted::at(&self.leadership.borrow_and_update(), now);
+            if wanted.role != state.seen {
+                if let Some(events) = &mut events {
+                    events.transition(state.seen, wanted.role);
+                }
+                state.seen = wanted.role;
+            }
+            if state.attempt_due(wanted.role, now) {
+                self.attempt(&mut pods, &mut state, wanted).await;
+                continue;
+            }
+            if state.finishing && state.applied == Some(wanted.role) {
+                break;
+            }
+            self.wait(&mut state, wanted, &finish).await;
+        }
+        if let Some(events) = events {
+            events.close().await;
+        }
+        tracing::info!("kubernetes publishing stopped; pod label shows follower");
+    }
+
+    /// A client, retried every [`BACKOFF_MAX`]; `None` if told to finish first.
+    async fn connect(&self, finish: &CancellationToken) -> Option<Client> {
+        loop {
+            match connect(&self.settings).await {
+                Ok(c) => return Some(c),
+                Err(e) => {
+                    tracing::error!(error = %e, "kubernetes publishing: no API server configuration; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(BACKOFF_MAX) => {}
+                        _ = finish.cancelled() => return None,
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt to make the label show `wanted.role`.
+    async fn attempt(&mut self, pods: &mut Pods, state: &mut Converge, wanted: Wanted) {
+        // Until this attempt succeeds the pod's state is unknown: a patch that failed, timed out
+        // or was dropped may still land. So whatever is wanted next is applied again,
+        // conditional on the version read before, and the server rejects whichever of the two
+        // comes second if the first landed.
+        state.applied = None;
+        // Drop the attempt as soon as it is for a state no longer wanted.
+        let outcome = tokio::select! {
+            r = pods.apply(wanted.role) => Some(r),
+            _ = until_role_differs(&mut self.leadership, wanted) => None,
+        };
+        match outcome {
+            Some(Ok(())) => state.succeeded(wanted.role),
+            Some(Err(e)) => state.failed(wanted.role, &e),
+            // The wanted state changed mid-flight: re-evaluate at once.
+            None => {}
+        }
+    }
+
+    /// Sleep until something may change what to do: the watch, the term's deadline, a due
+    /// retry, or `finish`.
+    async fn wait(&mut self, state: &mut Converge, wanted: Wanted, finish: &CancellationToken) {
+        let now = Instant::now();
+        let retry = state.retry_for(wanted.role);
+        tokio::select! {
+            r = self.leadership.changed(), if !state.elector_gone => {
+                // The elector has ended (shutdown): the last value stays as it was.
+                state.elector_gone = r.is_err();
+            }
+            _ = sleep_until(wanted.deadline.unwrap_or(now)), if wanted.deadline.is_some() => {}
+            _ = sleep_until(retry.unwrap_or(now)), if retry.is_some() => {}
+            _ = finish.cancelled(), if !state.finishing => state.finish(),
+        }
+    }
+}
+
+/// Resolves once the role at answer time differs from `wanted.role` (a change on the watch, or
+/// the term's deadline passing).
+async fn until_role_differs(rx: &mut watch::Receiver<Leadership>, wanted: Wanted) {
+    loop {
+        tokio::select! {
+            r = rx.changed() => {
+                if r.is_err() {
+                    // No more changes will come; only the deadline can still end the term.
+                    match wanted.deadline {
+                        Some(d) => sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                    return;
+                }
+            }
+            _ = sleep_until(wanted.deadline.unwrap_or_else(Instant::now)), if wanted.deadline.is_some() => return,
+        }
+        if Wanted::at(&rx.borrow(), Instant::now()).role != wanted.role {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leadership::Term;
+
+    fn leader(token: u64, deadline: Option<Instant>) -> Wanted {
+        Wanted {
+            role: Role::Leader { token },
+            deadline,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_attempt_is_dropped_when_the_term_ends() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_millis(200);
+        let (tx, mut rx) = watch::channel(
+            Leadership::default().with(Some(Term { token: 1, deadline }), Some("a".into())),
+        );
+        // The deadline alone ends the wait, with no message from the elector.
+        let t0 = Instant::now();
+        until_role_differs(&mut rx, leader(1, Some(deadline))).await;
+        let waited = t0.elapsed();
+        assert!(
+            waited >= Duration::from_millis(190) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
+        // A renewal (deadline moves, same term) does not end it; a step-down does.
+        let term = |token, secs| Term {
+            token,
+            deadline: Instant::now() + Duration::from_secs(secs),
+        };
+        tx.send_modify(|s| *s = s.with(Some(term(2, 10)), Some("a".into())));
+        let deadline = tx.borrow().term.map(|t| t.deadline);
+        let waiter = tokio::spawn(async move {
+            until_role_differs(&mut rx, leader(2, deadline)).await;
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send_modify(|s| *s = s.with(Some(term(2, 20)), Some("a".into())));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "a renewal is not a change of role");
+        tx.send_modify(|s| *s = s.with(None, None));
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("a change of role ends the wait")
+            .unwrap();
+    }
+}

@@ -1,0 +1,119 @@
+//! Pure builders of the JSON merge patches and the label selector; no I/O.
+
+use serde_json::{Value, json};
+
+use super::{LEASE_LABEL, Role, Settings, TOKEN_ANNOTATION, UPDATED_ANNOTATION};
+
+impl Settings {
+    /// Merge patch for the own pod: lease label, role label, [`UPDATED_ANNOTATION`] = `now`
+    /// (RFC 3339), the token annotation, and the `resourceVersion` precondition if known.
+    pub fn own_patch(&self, role: Role, resource_version: Option<&str>, now: &str) -> Value {
+        let (value, token) = match role {
+            Role::Leader { token } => (&self.label_leader, Some(token)),
+            Role::Follower => (&self.label_follower, None),
+        };
+        let mut meta = json!({
+            "labels": { LEASE_LABEL: self.lease, &self.label_key: value },
+            "annotations": { UPDATED_ANNOTATION: now },
+        });
+        if self.token_annotation {
+            meta["annotations"][TOKEN_ANNOTATION] = json!(token.map(|t| t.to_string()));
+        }
+        with_precondition(meta, resource_version)
+    }
+
+    /// Merge patch that demotes another pod of the lease, conditional on the version listed.
+    pub fn demote_patch(&self, resource_version: Option<&str>) -> Value {
+        let mut meta = json!({ "labels": { &self.label_key: self.label_follower } });
+        if self.token_annotation {
+            meta["annotations"] = json!({ TOKEN_ANNOTATION: null });
+        }
+        with_precondition(meta, resource_version)
+    }
+
+    /// Selector of the pods of this lease that carry the leader value.
+    pub fn leader_selector(&self) -> String {
+        format!(
+            "{LEASE_LABEL}={},{}={}",
+            self.lease, self.label_key, self.label_leader
+        )
+    }
+}
+
+/// `{"metadata": meta}`, with `resourceVersion` set if known: the server then rejects the patch
+/// (409) if the object changed since that version was read.
+fn with_precondition(mut meta: Value, resource_version: Option<&str>) -> Value {
+    if let Some(rv) = resource_version {
+        meta["resourceVersion"] = json!(rv);
+    }
+    json!({ "metadata": meta })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(token_annotation: bool) -> Settings {
+        Settings {
+            lease: "my-app".into(),
+            identity: "pod-a".into(),
+            pod: "pod-a".into(),
+            namespace: Some("ns1".into()),
+            label_key: "redlock-elector/role".into(),
+            label_leader: "leader".into(),
+            label_follower: "follower".into(),
+            events: true,
+            token_annotation,
+        }
+    }
+
+    #[test]
+    fn patches() {
+        let s = settings(false);
+        assert_eq!(
+            s.own_patch(Role::Leader { token: 7 }, Some("42"), "T1"),
+            json!({"metadata": {
+                "labels": {"redlock-elector/lease": "my-app", "redlock-elector/role": "leader"},
+                "annotations": {"redlock-elector/role-updated-at": "T1"},
+                "resourceVersion": "42",
+            }})
+        );
+        assert_eq!(
+            s.own_patch(Role::Follower, None, "T2"),
+            json!({"metadata": {
+                "labels": {"redlock-elector/lease": "my-app", "redlock-elector/role": "follower"},
+                "annotations": {"redlock-elector/role-updated-at": "T2"},
+            }})
+        );
+        assert_eq!(
+            s.demote_patch(Some("9")),
+            json!({"metadata": {"labels": {"redlock-elector/role": "follower"}, "resourceVersion": "9"}})
+        );
+        assert_eq!(
+            s.leader_selector(),
+            "redlock-elector/lease=my-app,redlock-elector/role=leader"
+        );
+    }
+
+    #[test]
+    fn token_annotation_is_set_while_leader_and_removed_after() {
+        let s = settings(true);
+        let lead = s.own_patch(Role::Leader { token: 7 }, None, "T");
+        assert_eq!(lead["metadata"]["annotations"][TOKEN_ANNOTATION], "7");
+        let follow = s.own_patch(Role::Follower, None, "T");
+        // JSON merge patch: null deletes the key.
+        assert!(follow["metadata"]["annotations"][TOKEN_ANNOTATION].is_null());
+        assert!(
+            follow["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .contains_key(TOKEN_ANNOTATION)
+        );
+        assert!(
+            s.demote_patch(None)["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .contains_key(TOKEN_ANNOTATION)
+        );
+    }
+}
