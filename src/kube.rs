@@ -103,7 +103,7 @@ pub async fn poll_pod(
     settings: Settings,
     metrics: Metrics,
     tx: watch::Sender<Standing>,
-    mut stop: watch::Receiver<bool>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
     let mut failures = 0u32;
     let mut api: Option<Api<Pod>> = None;
@@ -156,7 +156,7 @@ pub async fn poll_pod(
         }
         tokio::select! {
             _ = tokio::time::sleep(POD_POLL) => {}
-            _ = stop.changed() => return,
+            _ = stop.cancelled() => return,
         }
     }
 }
@@ -530,9 +530,9 @@ impl Publisher {
         }
     }
 
-    /// Run until `finish` turns true and the label shows the final state (follower); the caller
+    /// Run until `finish` is cancelled and the label shows the final state (follower); the caller
     /// bounds how long it waits for that.
-    pub async fn run(mut self, mut finish: watch::Receiver<bool>) {
+    pub async fn run(mut self, finish: tokio_util::sync::CancellationToken) {
         let client = loop {
             match connect(&self.settings).await {
                 Ok(c) => break c,
@@ -540,7 +540,7 @@ impl Publisher {
                     tracing::error!(error = %e, "kubernetes publishing: no API server configuration; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(BACKOFF_MAX) => {}
-                        _ = finish.wait_for(|f| *f) => return,
+                        _ = finish.cancelled() => return,
                     }
                 }
             }
@@ -634,7 +634,7 @@ impl Publisher {
                 }
                 _ = sleep_until(deadline.unwrap_or(now)), if deadline.is_some() => {}
                 _ = sleep_until(pending_retry.unwrap_or(now)), if pending_retry.is_some() => {}
-                _ = finish.wait_for(|f| *f), if !finishing => {
+                _ = finish.cancelled(), if !finishing => {
                     finishing = true;
                     // Little time is left: retry quickly, and without waiting out a long delay.
                     backoff.cap(Duration::from_millis(100));

@@ -44,9 +44,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            let (report, usable) = rt.block_on(probe::run(&c));
-            print!("{report}");
-            if usable {
+            let report = rt.block_on(probe::run(&c));
+            print!("{}", report.text);
+            if report.usable {
                 ExitCode::SUCCESS
             } else {
                 eprintln!(
