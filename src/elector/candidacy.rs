@@ -31,11 +31,12 @@ impl CandidateRead {
     }
 }
 
-/// Whose view of the candidates `/leader` shows.
+/// Where this sidecar sits when it writes its record and updates what `/leader` shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Seat {
-    /// This sidecar leads: its own rank is the leader's.
-    Leading,
+    /// This sidecar leads: its own rank is the leader's. `pending`: it sees a better candidate
+    /// ready and settling (a preferred handover is pending).
+    Leading { pending: bool },
     /// Someone else (or nobody) leads.
     Following,
 }
@@ -62,11 +63,10 @@ impl Elector {
     }
 
     /// Refresh the own candidate record (once the rank is known) and read everyone's.
-    /// `pending`: a leader's record says a preferred handover is pending.
-    pub(super) async fn read_candidates(&self, seat: Seat, pending: bool) -> CandidateRead {
-        let period = match seat {
-            Seat::Leading => self.timing.renew_every,
-            Seat::Following => self.timing.retry_every,
+    pub(super) async fn read_candidates(&self, seat: Seat) -> CandidateRead {
+        let (period, pending) = match seat {
+            Seat::Leading { pending } => (self.timing.renew_every, pending),
+            Seat::Following => (self.timing.retry_every, false),
         };
         let life = period * RECORD_LIFE_PERIODS;
         match self.rank() {
@@ -98,13 +98,13 @@ impl Elector {
     }
 
     /// Keep a read (if a quorum answered) and update what `/leader` shows.
-    pub(super) fn apply_candidates(&mut self, read: CandidateRead, seat: Seat, pending: bool) {
+    pub(super) fn apply_candidates(&mut self, read: CandidateRead, seat: Seat) {
         if let Some(c) = read.candidates {
             self.last_candidates = c;
         }
         let rank = self.rank();
         let view = match seat {
-            Seat::Leading => CandidacyView {
+            Seat::Leading { pending } => CandidacyView {
                 leader_rank: rank.clone(),
                 rank,
                 handover_pending: pending,

@@ -61,8 +61,10 @@ enum Wake {
     Stop,
     /// Nothing to attempt yet (answered a step-down request, cooling down, stalled).
     Again,
-    /// Attempt now; `by_notice` if a release notice woke it.
-    Attempt { by_notice: bool },
+    /// The retry timer fired: attempt now.
+    Timer,
+    /// A release notice arrived: attempt once its successor had its chance.
+    Notice,
 }
 
 impl Elector {
@@ -70,13 +72,15 @@ impl Elector {
     pub(super) async fn elect(&mut self, stop: &CancellationToken) {
         let mut s = Schedule::new();
         loop {
-            let by_notice = match self.wait_for_attempt(&mut s, stop).await {
+            match self.wait_for_attempt(&mut s, stop).await {
                 Wake::Stop => return,
                 Wake::Again => continue,
-                Wake::Attempt { by_notice } => by_notice,
-            };
-            if by_notice && self.after_notice(&mut s, stop).await.is_break() {
-                return;
+                Wake::Timer => {}
+                Wake::Notice => {
+                    if self.after_notice(&mut s, stop).await.is_break() {
+                        return;
+                    }
+                }
             }
             if self.attempt(&mut s, stop).await.is_break() {
                 return;
@@ -85,15 +89,15 @@ impl Elector {
     }
 
     async fn wait_for_attempt(&mut self, s: &mut Schedule, stop: &CancellationToken) -> Wake {
-        let by_notice = tokio::select! {
+        let wake = tokio::select! {
             biased;
             _ = stop.cancelled() => return Wake::Stop,
             Some(req) = self.requests.recv() => {
                 let _ = req.send(StepDown::NotLeader);
                 return Wake::Again;
             }
-            _ = self.notices.notified() => true,
-            _ = sleep_until(s.next_attempt) => false,
+            _ = self.notices.notified() => Wake::Notice,
+            _ = sleep_until(s.next_attempt) => Wake::Timer,
         };
         if stop.is_cancelled() {
             return Wake::Stop;
@@ -106,7 +110,7 @@ impl Elector {
             s.next_attempt = Instant::now() + STALLED_RECHECK;
             return Wake::Again;
         }
-        Wake::Attempt { by_notice }
+        wake
     }
 
     /// The holder released: it is no longer the leader. Wait for the moment to attempt: at
@@ -160,9 +164,9 @@ impl Elector {
         let redlock = self.redlock.clone();
         let (outcome, read) = tokio::join!(
             redlock.acquire(&self.identity),
-            self.read_candidates(Seat::Following, false)
+            self.read_candidates(Seat::Following)
         );
-        self.apply_candidates(read, Seat::Following, false);
+        self.apply_candidates(read, Seat::Following);
         let retry = self.jittered_retry();
         match outcome {
             Acquire::Acquired(lease) => {

@@ -63,7 +63,7 @@ impl Elector {
             pending: false,
         };
         let mut stalls = self.health.stalls();
-        self.apply_candidates(CandidateRead::none(true), Seat::Leading, false);
+        self.apply_candidates(CandidateRead::none(true), Seat::Leading { pending: false });
         let end = loop {
             let deadline = t.lease.deadline;
             tokio::select! {
@@ -109,10 +109,10 @@ impl Elector {
         // Never let an in-flight renewal delay the step-down at the deadline. The candidates
         // are read beside it, each node bounded by the same timeout.
         let redlock = self.redlock.clone();
+        let seat = Seat::Leading { pending: t.pending };
+        let round = async { tokio::join!(redlock.renew(&t.lease), self.read_candidates(seat)) };
         let (renewed, read) = tokio::select! {
-            r = async {
-                tokio::join!(redlock.renew(&t.lease), self.read_candidates(Seat::Leading, t.pending))
-            } => r,
+            r = round => r,
             _ = sleep_until(deadline) => (None, CandidateRead::default()),
         };
         match renewed {
@@ -148,7 +148,7 @@ impl Elector {
             let (prefer, settle) = (self.preference.prefer, self.preference.settle);
             match candidates::handover(fresh, &self.identity, &mine, prefer, settle) {
                 Handover::To(to) => {
-                    self.apply_candidates(read, Seat::Leading, false);
+                    self.apply_candidates(read, Seat::Leading { pending: false });
                     return Some(End {
                         reason: StepDownReason::Preferred,
                         successor: Some(to),
@@ -167,7 +167,7 @@ impl Elector {
                 Handover::None => {}
             }
         }
-        self.apply_candidates(read, Seat::Leading, t.pending);
+        self.apply_candidates(read, Seat::Leading { pending: t.pending });
         None
     }
 
@@ -200,7 +200,7 @@ impl Elector {
         self.redlock
             .release_naming(&lease.value, true, successor)
             .await;
-        self.apply_candidates(CandidateRead::none(false), Seat::Following, false);
+        self.apply_candidates(CandidateRead::none(false), Seat::Following);
     }
 
     /// The best ready candidate by `lease.prefer`, from a fresh read of the records.

@@ -89,7 +89,10 @@ impl LoopHealth {
 }
 
 /// Clears [`LoopHealth::alive`] when the election task ends, however it ends.
-pub(super) struct AliveGuard(Arc<LoopHealth>);
+pub(super) struct AliveGuard(
+    /// The health whose `alive` flag this guard clears.
+    Arc<LoopHealth>,
+);
 
 impl Drop for AliveGuard {
     fn drop(&mut self) {

@@ -202,11 +202,15 @@ impl Metrics {
             .set(i64::from(up));
     }
 
-    /// Whether `endpoint` is quarantined, and whether its vote counts for this sidecar.
-    pub fn set_redis_standing(&self, endpoint: &str, quarantined: bool, eligible: bool) {
+    /// Whether `endpoint` is quarantined (does not count toward any quorum).
+    pub fn set_redis_quarantined(&self, endpoint: &str, quarantined: bool) {
         self.redis_quarantined
             .with_label_values(&[endpoint])
             .set(i64::from(quarantined));
+    }
+
+    /// Whether `endpoint`'s vote counts for this sidecar now.
+    pub fn set_redis_eligible(&self, endpoint: &str, eligible: bool) {
         self.redis_eligible
             .with_label_values(&[endpoint])
             .set(i64::from(eligible));
