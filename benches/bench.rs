@@ -922,10 +922,16 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
     ];
     for (i, (label, urls)) in scenarios.into_iter().enumerate() {
         let cfg = lib_config(&format!("bench-acq-{i}"), &urls, "1s");
-        let redlock = Arc::new(Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock"));
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let redlock = Arc::new(
+            Redlock::new(
+                &cfg,
+                Metrics::register(&prometheus::Registry::new(), &cfg.lease.name).expect("metrics"),
+            )
+            .expect("redlock"),
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
         for node in redlock.nodes() {
-            rt.spawn(node.clone().maintain(stop_rx.clone()));
+            rt.spawn(node.clone().maintain(stop.clone()));
         }
         let ready = wait_for(Duration::from_secs(10), || {
             redlock
@@ -1001,7 +1007,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
             }
             s
         });
-        let _ = stop_tx.send(true);
+        stop.cancel();
         let (o50, o99, t50, t99) = (
             pct(&s.ours, 0.5),
             pct(&s.ours, 0.99),
@@ -1121,7 +1127,7 @@ fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[
             vec!["--redis-tls-ca-file", ca.as_str()],
         ),
     ];
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
     let locks: Vec<Arc<Redlock>> = setups
         .iter()
         .map(|(name, urls, extra)| {
@@ -1141,10 +1147,16 @@ fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[
             }
             args.extend(extra.iter().copied());
             let cfg = library_config(&args);
-            let redlock =
-                Arc::new(Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock"));
+            let redlock = Arc::new(
+                Redlock::new(
+                    &cfg,
+                    Metrics::register(&prometheus::Registry::new(), &cfg.lease.name)
+                        .expect("metrics"),
+                )
+                .expect("redlock"),
+            );
             for node in redlock.nodes() {
-                rt.spawn(node.clone().maintain(stop_rx.clone()));
+                rt.spawn(node.clone().maintain(stop.clone()));
             }
             redlock
         })
@@ -1184,7 +1196,7 @@ fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[
             }
         }
     });
-    let _ = stop_tx.send(true);
+    stop.cancel();
     let (a_tcp, a_tls) = (pct(&acq[0], 0.5), pct(&acq[1], 0.5));
     let (r_tcp, r_tls) = (pct(&ren[0], 0.5), pct(&ren[1], 0.5));
     let n = format!("{} rounds each, interleaved", acq[0].len());

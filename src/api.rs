@@ -13,65 +13,45 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 use warp::http::StatusCode;
 use warp::{Filter, Rejection, Reply};
 
-use crate::elector::{CandidacyView, StepDown, StepDownRequest};
-use crate::leadership::{Leadership, View};
-
-/// Which Redis nodes' votes count for this sidecar at a given instant (endpoint, counts).
-pub type Eligibility = Arc<dyn Fn(Instant) -> Vec<(String, bool)> + Send + Sync>;
+use crate::elector::{StepDown, StepDownRequest};
+use crate::leadership::{Shared, View};
 
 /// Longest accepted long-poll.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
-/// What every handler reads.
-#[derive(Clone)]
-pub struct Shared {
-    /// Lease name for the answers.
-    pub lease: Arc<str>,
-    /// Own identity for the answers.
-    pub identity: Arc<str>,
-    /// Leadership as the elector publishes it.
-    pub leadership: watch::Receiver<Leadership>,
-    /// The nodes' eligibility, for the `eligible` and `nodes` fields.
-    pub eligibility: Eligibility,
-    /// The leader's rank and whether a preferred handover is pending.
-    pub candidacy: watch::Receiver<CandidacyView>,
+/// An SSE stream waits for the next change this long at most (a year: until it closes).
+const SSE_UNTIL: Duration = Duration::from_secs(86_400 * 365);
+
+/// How often an open SSE stream sends a keep-alive comment.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// A malformed query string of `GET /leader`, answered with 400.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// `version` is not a non-negative integer.
+    #[error("version: {0:?} is not a non-negative integer")]
+    Version(String),
+    /// `wait` is neither a duration nor a number of seconds.
+    #[error("wait: {0:?} is not a duration (e.g. \"30s\")")]
+    Wait(String),
 }
 
-impl Shared {
-    /// The answer right now.
-    pub fn view(&self) -> View {
-        let now = Instant::now();
-        let view = self
-            .leadership
-            .borrow()
-            .view(&self.lease, &self.identity, now);
-        self.with_nodes(view, now)
-    }
-
-    /// Fill in the nodes' eligibility at `now`.
-    fn with_nodes(&self, mut view: View, now: Instant) -> View {
-        view.nodes = (self.eligibility)(now).into_iter().collect();
-        let counting = view.nodes.values().filter(|&&c| c).count();
-        view.eligible = counting >= crate::redlock::math::quorum(view.nodes.len());
-        let c = self.candidacy.borrow();
-        view.candidate_ready = c.candidate_ready;
-        // The rank shown is the current leader's: none while nobody is known to lead.
-        if view.leader.is_some() {
-            view.leader_rank = c.leader_rank.clone();
-            view.handover_pending = c.handover_pending;
-        }
-        view
-    }
+/// A long-poll: answer once the version differs from `version` or `wait` has passed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LongPoll {
+    /// How long to wait at most (capped at [`MAX_WAIT`]).
+    pub wait: Duration,
+    /// The version the client has; `None`: the current one.
+    pub version: Option<u64>,
 }
 
 /// Wait until the view's version differs from `version` or `until` passes; returns the view then.
@@ -102,14 +82,7 @@ pub fn changes(shared: Shared) -> impl Stream<Item = View> {
     futures::stream::unfold((shared, None::<u64>), |(shared, last)| async move {
         let view = match last {
             None => shared.view(),
-            Some(v) => {
-                wait_for_change(
-                    &shared,
-                    v,
-                    Instant::now() + Duration::from_secs(86_400 * 365),
-                )
-                .await
-            }
+            Some(v) => wait_for_change(&shared, v, Instant::now() + SSE_UNTIL).await,
         };
         if last == Some(view.version) {
             // The publisher went away; end the stream.
@@ -129,12 +102,12 @@ fn error(status: StatusCode, message: impl Into<String>) -> warp::reply::Respons
 }
 
 /// Parse the long-poll parameters. `Ok(None)` means answer at once.
-pub fn parse_wait(q: &HashMap<String, String>) -> Result<Option<(Duration, Option<u64>)>, String> {
+pub fn parse_wait(q: &HashMap<String, String>) -> Result<Option<LongPoll>, QueryError> {
     let version = match q.get("version") {
         None => None,
         Some(v) => Some(
             v.parse::<u64>()
-                .map_err(|_| format!("version: {v:?} is not a non-negative integer"))?,
+                .map_err(|_| QueryError::Version(v.clone()))?,
         ),
     };
     let Some(w) = q.get("wait") else {
@@ -142,8 +115,11 @@ pub fn parse_wait(q: &HashMap<String, String>) -> Result<Option<(Duration, Optio
     };
     let wait = humantime::parse_duration(w)
         .or_else(|_| w.parse::<u64>().map(Duration::from_secs))
-        .map_err(|_| format!("wait: {w:?} is not a duration (e.g. \"30s\")"))?;
-    Ok(Some((wait.min(MAX_WAIT), version)))
+        .map_err(|_| QueryError::Wait(w.clone()))?;
+    Ok(Some(LongPoll {
+        wait: wait.min(MAX_WAIT),
+        version,
+    }))
 }
 
 async fn get_leader(
@@ -151,9 +127,9 @@ async fn get_leader(
     shared: Shared,
 ) -> Result<warp::reply::Response, Infallible> {
     match parse_wait(&q) {
-        Err(e) => Ok(error(StatusCode::BAD_REQUEST, e)),
+        Err(e) => Ok(error(StatusCode::BAD_REQUEST, e.to_string())),
         Ok(None) => Ok(warp::reply::json(&shared.view()).into_response()),
-        Ok(Some((wait, version))) => {
+        Ok(Some(LongPoll { wait, version })) => {
             let version = version.unwrap_or_else(|| shared.view().version);
             let view = wait_for_change(&shared, version, Instant::now() + wait).await;
             Ok(warp::reply::json(&view).into_response())
@@ -233,7 +209,7 @@ pub fn routes(
             });
             warp::sse::reply(
                 warp::sse::keep_alive()
-                    .interval(Duration::from_secs(15))
+                    .interval(SSE_KEEP_ALIVE)
                     .stream(events),
             )
             .into_response()
@@ -287,24 +263,35 @@ mod tests {
         assert_eq!(parse_wait(&q(&[("version", "3")])), Ok(None));
         assert_eq!(
             parse_wait(&q(&[("wait", "2s"), ("version", "3")])),
-            Ok(Some((Duration::from_secs(2), Some(3))))
+            Ok(Some(LongPoll {
+                wait: Duration::from_secs(2),
+                version: Some(3)
+            }))
         );
         assert_eq!(
             parse_wait(&q(&[("wait", "1h")])),
-            Ok(Some((MAX_WAIT, None)))
+            Ok(Some(LongPoll {
+                wait: MAX_WAIT,
+                version: None
+            }))
         );
         assert_eq!(
             parse_wait(&q(&[("wait", "5")])),
-            Ok(Some((Duration::from_secs(5), None)))
+            Ok(Some(LongPoll {
+                wait: Duration::from_secs(5),
+                version: None
+            }))
         );
         assert!(
             parse_wait(&q(&[("wait", "soon")]))
                 .unwrap_err()
+                .to_string()
                 .starts_with("wait:")
         );
         assert!(
             parse_wait(&q(&[("wait", "1s"), ("version", "-1")]))
                 .unwrap_err()
+                .to_string()
                 .starts_with("version:")
         );
         assert_eq!(parse_wait(&q(&[("other", "x")])), Ok(None));

@@ -3,10 +3,15 @@
 //! Leadership is a monotonic deadline, not a flag: [`Leadership::view`] evaluates `now < deadline`
 //! at the moment of answering, so a sidecar that was paused past its deadline never says
 //! "leader", even before the elector's own timer has fired.
+//!
+//! [`Shared`] is what the answering publishers ([`crate::api`], [`crate::ops`]) read: the
+//! elector's watches plus the nodes' eligibility, turned into a [`View`] at answer time.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::redlock::candidates::Rank;
@@ -75,6 +80,64 @@ pub struct View {
     /// Whether this sidecar's own candidate record says ready: a quorum counts its votes and,
     /// in Kubernetes, its pod is Ready. Only a ready candidate is named as a successor.
     pub candidate_ready: bool,
+}
+
+/// What `/leader` shows about candidates, as the elector last saw them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CandidacyView {
+    /// This sidecar's rank, once known.
+    pub rank: Option<Rank>,
+    /// The current leader's rank as its record shows it (own rank while leading).
+    pub leader_rank: Option<Rank>,
+    /// Whether the leader sees a better candidate that is ready and settling.
+    pub handover_pending: bool,
+    /// Whether this sidecar's own record, as last written, says ready.
+    pub candidate_ready: bool,
+}
+
+/// Which Redis nodes' votes count for this sidecar at a given instant: endpoint → counts.
+pub type Eligibility = Arc<dyn Fn(Instant) -> BTreeMap<String, bool> + Send + Sync>;
+
+/// What every answering publisher reads (the API and the ops server).
+#[derive(Clone)]
+pub struct Shared {
+    /// Lease name for the answers.
+    pub lease: Arc<str>,
+    /// Own identity for the answers.
+    pub identity: Arc<str>,
+    /// Leadership as the elector publishes it.
+    pub leadership: watch::Receiver<Leadership>,
+    /// The nodes' eligibility, for the `eligible` and `nodes` fields.
+    pub eligibility: Eligibility,
+    /// The leader's rank and whether a preferred handover is pending.
+    pub candidacy: watch::Receiver<CandidacyView>,
+}
+
+impl Shared {
+    /// The answer right now.
+    pub fn view(&self) -> View {
+        let now = Instant::now();
+        let view = self
+            .leadership
+            .borrow()
+            .view(&self.lease, &self.identity, now);
+        self.with_nodes(view, now)
+    }
+
+    /// Fill in the nodes' eligibility and the candidacy at `now`.
+    pub fn with_nodes(&self, mut view: View, now: Instant) -> View {
+        view.nodes = (self.eligibility)(now);
+        let counting = view.nodes.values().filter(|&&c| c).count();
+        view.eligible = counting >= crate::redlock::math::quorum(view.nodes.len());
+        let c = self.candidacy.borrow();
+        view.candidate_ready = c.candidate_ready;
+        // The rank shown is the current leader's: none while nobody is known to lead.
+        if view.leader.is_some() {
+            view.leader_rank = c.leader_rank.clone();
+            view.handover_pending = c.handover_pending;
+        }
+        view
+    }
 }
 
 impl Leadership {

@@ -11,16 +11,23 @@
 //!   math ([`redlock::math`]), node connections, health and quarantine ([`redlock::node`]),
 //!   opening connections (TLS, credentials) and classifying their failures
 //!   ([`redlock::connect`]), the Lua scripts ([`redlock::scripts`]).
-//! - [`elector`] — the follower ⇄ leader state machine and its timers, the stall watchdog;
-//!   publishes a `watch` of [`leadership::Leadership`].
-//! - [`leadership`] — the published state and the answer-time [`leadership::View`].
+//! - [`elector`] — the follower ⇄ leader state machine and its timers; publishes a `watch` of
+//!   [`leadership::Leadership`]. One file per part: `follower.rs` (waiting, attempts, the
+//!   retry jitter), `leader.rs` (renewals, step-down, naming the successor), `candidacy.rs`
+//!   (candidate records, what `/leader` shows about them), `watchdog.rs` (the stall watchdog,
+//!   `/healthz` liveness), `settings.rs` (timers, preference, standing).
+//! - [`leadership`] — the published state, the answer-time [`leadership::View`], and
+//!   [`leadership::Shared`], what the answering publishers read.
 //! - publishers, each a consumer of that watch: [`api`] (/leader, long-poll, SSE, step-down),
 //!   [`ops`] (/metrics, probes), [`publish::k8s`] (pod label, fencing-token annotation,
 //!   Events, the own pod's standing).
-//! - [`metrics`] — the Prometheus registry.
+//! - [`metrics`] — the Prometheus registry: [`metrics::Metrics::register`] and one method per
+//!   event counted.
+//! - [`backoff`] — the one retry backoff and the random delays.
 //! - [`probe`] — `check-config --connect`: the real handshake against every endpoint, and the
 //!   quorum verdict.
-//! - [`run`] — wiring: start everything, wait for a signal, shut down.
+//! - [`run`] — wiring: start everything, wait for a signal, shut down within
+//!   [`run::shutdown_budget`].
 //! - [`logging`] — tracing setup (json or text).
 
 #![forbid(unsafe_code)]
@@ -39,7 +46,9 @@ pub mod publish;
 pub mod redlock;
 pub mod run;
 
-/// Fatal runtime errors (exit 1).
+/// Fatal runtime errors of [`run`] (exit 1). The other layers have their own: configuration
+/// ([`config`], exit 2), Redis connections ([`redlock::connect::ConnectError`]), the API's
+/// query strings ([`api::QueryError`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A listener could not be bound.
@@ -59,6 +68,9 @@ pub enum Error {
     /// Signal handlers could not be installed.
     #[error("signal handler: {0}")]
     Signal(#[source] std::io::Error),
+    /// The metrics could not be registered (a duplicate or malformed definition: a bug).
+    #[error("metrics: {0}")]
+    Metrics(#[source] prometheus::Error),
 }
 
 /// `Result` with this crate's [`Error`].

@@ -38,9 +38,9 @@ fn check_config(c: &Config, connect: bool) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let (report, usable) = rt.block_on(probe::run(c));
-    print!("{report}");
-    if usable {
+    let report = rt.block_on(probe::run(c));
+    print!("{}", report.text);
+    if report.usable {
         ExitCode::SUCCESS
     } else {
         eprintln!("redlock-elector: no quorum of Redis endpoints is usable (see the lines above)");

@@ -7,14 +7,15 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use warp::http::StatusCode;
 use warp::{Filter, Reply};
 
-use crate::api::Shared;
 use crate::elector::LoopHealth;
-use crate::metrics::Metrics;
+use crate::leadership::Shared;
+use crate::metrics::{LeadershipGauges, Metrics};
 use crate::redlock::node::Node;
 
 /// What the ops handlers read.
@@ -35,29 +36,20 @@ impl Ops {
     pub fn render_metrics(&self) -> String {
         let now = Instant::now();
         let view = self.shared.view();
-        self.metrics.is_leader.set(i64::from(view.is_leader));
-        self.metrics
-            .lease_valid_seconds
-            .set(view.valid_for_ms as f64 / 1000.0);
-        self.metrics
-            .fencing_token
-            .set(view.fencing_token.map_or(0, |t| t as i64));
-        self.metrics
-            .leader_known
-            .set(i64::from(view.leader.is_some()));
-        self.metrics
-            .lease_info
-            .with_label_values(&[&self.shared.identity])
-            .set(1);
+        self.metrics.set_leadership(LeadershipGauges {
+            is_leader: view.is_leader,
+            valid_for: Duration::from_millis(view.valid_for_ms),
+            fencing_token: view.fencing_token,
+            leader_known: view.leader.is_some(),
+        });
+        self.metrics.set_identity(&self.shared.identity);
         let usable = self
             .nodes
             .iter()
             .filter(|n| n.is_up() && n.counts(now))
             .count();
-        self.metrics.redis_endpoints_usable.set(usable as i64);
         self.metrics
-            .quorum
-            .set(crate::redlock::math::quorum(self.nodes.len()) as i64);
+            .set_quorum(crate::redlock::math::quorum(self.nodes.len()), usable);
         for n in &self.nodes {
             n.publish_quarantine(now);
         }

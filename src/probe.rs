@@ -19,9 +19,10 @@ use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
 use crate::config::{Config, Endpoint, fmt_dur};
+use crate::redlock::candidates::notice_payload;
 use crate::redlock::connect::{ConnectError, Connector, Reason};
 use crate::redlock::node::{Exclusion, classify, parse_info};
-use crate::redlock::scripts::scripts;
+use crate::redlock::scripts::{Script, Scripts, scripts};
 use crate::redlock::{math, new_value};
 
 /// What the probe found on one endpoint.
@@ -97,8 +98,17 @@ pub async fn probe_all(config: &Config) -> Vec<Probe> {
     .await
 }
 
-/// Run the probe; returns the report (YAML comment lines) and whether a quorum is usable.
-pub async fn run(config: &Config) -> (String, bool) {
+/// The outcome of `check-config --connect`.
+#[derive(Debug)]
+pub struct Report {
+    /// One YAML comment line per endpoint, then the quorum verdict.
+    pub text: String,
+    /// Whether a quorum of endpoints is usable (the exit code).
+    pub usable: bool,
+}
+
+/// Run the probe against every endpoint and judge the quorum.
+pub async fn run(config: &Config) -> Report {
     let probes = probe_all(config).await;
     let now = Instant::now();
     let n = probes.len();
@@ -125,210 +135,188 @@ pub async fn run(config: &Config) -> (String, bool) {
             String::new()
         }
     ));
-    (out, ok)
+    Report {
+        text: out,
+        usable: ok,
+    }
 }
+
+/// The whole probe of one endpoint is bounded by this many connect timeouts: generous, as
+/// every step has its own; this only bounds a server that trickles replies.
+const PROBE_TIMEOUTS: u32 = 8;
 
 async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> {
     let started = Instant::now();
     let connector =
         Connector::new(ep, &config.redis).map_err(|e| ConnectError::new(Reason::Tls, e))?;
+    let timeout = config.redis.connect_timeout;
+    let bound = timeout * PROBE_TIMEOUTS;
+    match tokio::time::timeout(bound, probe_steps(config, &connector)).await {
+        Ok(r) => r.map(|found| Healthy {
+            took: started.elapsed(),
+            uptime_secs: found.uptime_secs,
+            exclusion: found.exclusion,
+            epoch: found.epoch,
+        }),
+        Err(_) => Err(ConnectError::new(
+            Reason::Timeout,
+            format!("the probe did not finish within {}", fmt_dur(bound)),
+        )),
+    }
+}
+
+/// What the steps of a probe found.
+struct Found {
+    /// `INFO` uptime.
+    uptime_secs: u64,
+    /// Why the endpoint does not count, if it does not.
+    exclusion: Option<Exclusion>,
+    /// The fencing epoch stored on the node.
+    epoch: u64,
+}
+
+/// Connect, `INFO`, load the scripts, subscribe, run every script on the probe key, wait for
+/// the test notice, read the epoch.
+async fn probe_steps(config: &Config, connector: &Connector) -> Result<Found, ConnectError> {
     let tls = connector.is_tls();
     let classify_err = |e: redis::RedisError| ConnectError::from_redis(&e, tls);
     let timeout = config.redis.connect_timeout;
-    let steps = async {
-        let mut conn = connector
-            .multiplexed(AsyncConnectionConfig::new().set_response_timeout(Some(timeout)))
-            .await?;
-        let text: String = redis::cmd("INFO")
-            .query_async(&mut conn)
+    let mut conn = connector
+        .multiplexed(AsyncConnectionConfig::new().set_response_timeout(Some(timeout)))
+        .await?;
+    let text: String = redis::cmd("INFO")
+        .query_async(&mut conn)
+        .await
+        .map_err(classify_err)?;
+    let info = parse_info(&text);
+    let exclusion = classify(&info, None, config.lease.ttl, Instant::now());
+    load_scripts(&mut conn, tls).await?;
+    let keys = ProbeKeys::new(config);
+    let mut ps = connector.pubsub().await?;
+    ps.subscribe(&keys.channel).await.map_err(classify_err)?;
+    let mut notices = ps.into_on_message();
+    for step in keys.steps(scripts()) {
+        step.run(&mut conn, tls, &keys.probe).await?;
+    }
+    if !matches!(
+        tokio::time::timeout(timeout, notices.next()).await,
+        Ok(Some(_))
+    ) {
+        return Err(ConnectError::new(
+            Reason::Other,
+            format!(
+                "the test release notice on {} did not arrive on the subscription within {}",
+                keys.channel,
+                fmt_dur(timeout)
+            ),
+        ));
+    }
+    let epoch: Option<String> = redis::cmd("GET")
+        .arg(format!("{}:epoch", keys.lease))
+        .query_async(&mut conn)
+        .await
+        .map_err(classify_err)?;
+    Ok(Found {
+        uptime_secs: info.uptime_secs,
+        exclusion,
+        epoch: epoch.and_then(|e| e.parse().ok()).unwrap_or(0),
+    })
+}
+
+/// `SCRIPT LOAD` of every script; each must load under the sha the sidecar calls it by.
+async fn load_scripts(
+    conn: &mut redis::aio::MultiplexedConnection,
+    tls: bool,
+) -> Result<(), ConnectError> {
+    for s in scripts().all() {
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(s.source)
+            .query_async(conn)
             .await
-            .map_err(classify_err)?;
-        let info = parse_info(&text);
-        let exclusion = classify(&info, None, config.lease.ttl, Instant::now());
-        for s in scripts().all() {
-            let sha: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(s.source)
-                .query_async(&mut conn)
-                .await
-                .map_err(classify_err)?;
-            if sha != s.sha {
-                return Err(ConnectError::new(Reason::Other, "script sha mismatch"));
-            }
+            .map_err(|e| ConnectError::from_redis(&e, tls))?;
+        if sha != s.sha {
+            return Err(ConnectError::new(Reason::Other, "script sha mismatch"));
         }
-        let key = format!("{}{}", config.lease.key_prefix, config.lease.name);
-        let channel = format!("{key}:released");
-        let mut ps = connector.pubsub().await?;
-        ps.subscribe(&channel).await.map_err(classify_err)?;
-        let mut notices = ps.into_on_message();
-        // Every script on a fresh probe key: acquire (GET, SET NX PX), acquire again by someone
-        // else (the denial: PTTL), renew (PEXPIRE), release naming a successor (DEL, SET PX of
-        // the reservation, PUBLISH on the lease's channel), acquire by someone else while
-        // reserved (denied), then by the successor (consumes the reservation: DEL), release.
-        // Token 0 writes no epoch; the keys expire after ttl if a step fails.
-        let probe_key = format!("{key}:probe:{}", new_value(""));
-        let probe_epoch = format!("{probe_key}:epoch");
-        let probe_next = format!("{probe_key}:next");
-        let (value, other) = (new_value("check-config"), new_value("check-config"));
-        let next = new_value("check-config-successor");
-        let ttl_ms = config.lease.ttl.as_millis().to_string();
-        let scripts = scripts();
-        let (acquire, renew, release, candidates) = (
-            &scripts.acquire,
-            &scripts.renew,
-            &scripts.release,
-            &scripts.candidates,
-        );
-        let three = [
-            probe_key.as_str(),
-            probe_epoch.as_str(),
-            probe_next.as_str(),
-        ];
-        let released = [probe_key.as_str(), probe_next.as_str()];
-        let probe_candidates = [format!("{probe_key}:candidates")];
-        let probe_candidates = [probe_candidates[0].as_str()];
-        let step = |name, script, keys, args, expect| ProbeStep {
-            name,
-            script,
-            keys,
-            args,
-            expect,
-        };
-        // Notices as the sidecars send them: naming the successor, then naming none.
-        let named =
-            crate::redlock::candidates::notice_payload(&value, Some("check-config-successor"));
-        let notice = crate::redlock::candidates::notice_payload(&next, None);
-        let steps = [
-            step(
-                "acquire",
-                acquire,
-                &three,
-                vec![&value, &ttl_ms, "0", "take", "check-config"],
-                Some(1),
-            ),
-            step(
-                "acquire (denied)",
-                acquire,
-                &three,
-                vec![&other, &ttl_ms, "0", "take", "check-config-other"],
-                Some(0),
-            ),
-            step(
-                "renew",
-                renew,
-                &three[..2],
-                vec![&value, &ttl_ms, "0"],
-                Some(1),
-            ),
-            step(
-                "release naming a successor",
-                release,
-                &released,
-                vec![&value, &channel, &named, "check-config-successor", &ttl_ms],
-                Some(1),
-            ),
-            step(
-                "acquire (reserved for the successor)",
-                acquire,
-                &three,
-                vec![&other, &ttl_ms, "0", "take", "check-config-other"],
-                Some(0),
-            ),
-            step(
-                "acquire by the successor",
-                acquire,
-                &three,
-                vec![&next, &ttl_ms, "0", "take", "check-config-successor"],
-                Some(1),
-            ),
-            step(
-                "release",
-                release,
-                &released,
-                vec![&next, &channel, &notice, "", "0"],
-                Some(1),
-            ),
-            // A candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL) and withdrawn
-            // (HDEL), on a hash beside the probe key.
-            step(
-                "candidate record",
-                candidates,
-                &probe_candidates,
-                vec!["check-config", &ttl_ms, "0", "0", "0", "0", ""],
-                None,
-            ),
-            step(
-                "candidate withdrawal",
-                candidates,
-                &probe_candidates,
-                vec!["check-config", &ttl_ms, "withdraw", "0", "0", "0", ""],
-                None,
-            ),
-        ];
-        for ProbeStep {
-            name: step,
-            script,
-            keys,
-            args,
-            expect,
-        } in steps
-        {
-            let reply: redis::Value = redis::cmd("EVALSHA")
-                .arg(&script.sha)
-                .arg(keys.len())
-                .arg(keys)
-                .arg(args)
-                .query_async(&mut conn)
-                .await
-                .map_err(classify_err)?;
-            // Every script answers `{node TIME, result, ...}`.
-            let ok = match &reply {
-                redis::Value::Array(items) => match (items.get(1), expect) {
-                    (Some(redis::Value::Int(i)), Some(e)) => *i == e,
-                    (Some(redis::Value::Int(_)), None) => true,
-                    _ => false,
-                },
-                _ => false,
-            };
-            if !ok {
-                return Err(ConnectError::new(
-                    Reason::Other,
-                    format!("the {step} script on the probe key {probe_key} answered {reply:?}"),
-                ));
-            }
+    }
+    Ok(())
+}
+
+/// The keys, values and arguments of the probe's script runs. Token 0 writes no epoch; the
+/// keys expire after ttl if a step fails.
+struct ProbeKeys {
+    /// The lease key (only read: its epoch).
+    lease: String,
+    /// The lease's release channel, on which the test notice goes out.
+    channel: String,
+    /// A fresh key beside the lease key.
+    probe: String,
+    /// Its epoch key.
+    epoch: String,
+    /// Its reservation key.
+    next: String,
+    /// Its candidates hash.
+    candidates: String,
+    /// The first holder's value.
+    value: String,
+    /// A second contender's value.
+    other: String,
+    /// The named successor's value.
+    successor: String,
+    /// `lease.ttl` in ms.
+    ttl_ms: String,
+    /// The release notice naming the successor, as the sidecars send it.
+    named_notice: String,
+    /// The successor's release notice, naming none.
+    notice: String,
+}
+
+impl ProbeKeys {
+    fn new(config: &Config) -> Self {
+        let lease = format!("{}{}", config.lease.key_prefix, config.lease.name);
+        let probe = format!("{lease}:probe:{}", new_value(""));
+        let value = new_value("check-config");
+        let successor = new_value("check-config-successor");
+        ProbeKeys {
+            channel: format!("{lease}:released"),
+            epoch: format!("{probe}:epoch"),
+            next: format!("{probe}:next"),
+            candidates: format!("{probe}:candidates"),
+            other: new_value("check-config"),
+            ttl_ms: config.lease.ttl.as_millis().to_string(),
+            named_notice: notice_payload(&value, Some("check-config-successor")),
+            notice: notice_payload(&successor, None),
+            lease,
+            probe,
+            value,
+            successor,
         }
-        match tokio::time::timeout(timeout, notices.next()).await {
-            Ok(Some(_)) => {}
-            _ => {
-                return Err(ConnectError::new(
-                    Reason::Other,
-                    format!(
-                        "the test release notice on {channel} did not arrive on the subscription within {}",
-                        fmt_dur(timeout)
-                    ),
-                ));
-            }
-        }
-        let epoch: Option<String> = redis::cmd("GET")
-            .arg(format!("{key}:epoch"))
-            .query_async(&mut conn)
-            .await
-            .map_err(classify_err)?;
-        Ok(Healthy {
-            took: started.elapsed(),
-            uptime_secs: info.uptime_secs,
-            exclusion,
-            epoch: epoch.and_then(|e| e.parse().ok()).unwrap_or(0),
-        })
-    };
-    // Generous: every step has its own connect timeout; this only bounds a server that
-    // trickles replies.
-    match tokio::time::timeout(timeout * 8, steps).await {
-        Ok(r) => r,
-        Err(_) => Err(ConnectError::new(
-            Reason::Timeout,
-            format!("the probe did not finish within {}", fmt_dur(timeout * 8)),
-        )),
+    }
+
+    /// Every script on the probe key: acquire (GET, SET NX PX), acquire again by someone else
+    /// (the denial: PTTL), renew (PEXPIRE), release naming a successor (DEL, SET PX of the
+    /// reservation, PUBLISH on the lease's channel), acquire by someone else while reserved
+    /// (denied), then by the successor (consumes the reservation: DEL), release; then a
+    /// candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL) and withdrawn (HDEL).
+    #[rustfmt::skip] // One line per step: the table reads best unwrapped.
+    fn steps<'a>(&'a self, s: &'a Scripts) -> [ProbeStep<'a>; 9] {
+        let three = vec![&*self.probe, &*self.epoch, &*self.next];
+        let two = vec![&*self.probe, &*self.epoch];
+        let released = vec![&*self.probe, &*self.next];
+        let hash = vec![&*self.candidates];
+        let (value, other, next, ttl) = (&*self.value, &*self.other, &*self.successor, &*self.ttl_ms);
+        let step = ProbeStep::new;
+        [
+            step("acquire", &s.acquire, three.clone(), vec![value, ttl, "0", "take", "check-config"], Some(1)),
+            step("acquire (denied)", &s.acquire, three.clone(), vec![other, ttl, "0", "take", "check-config-other"], Some(0)),
+            step("renew", &s.renew, two, vec![value, ttl, "0"], Some(1)),
+            step("release naming a successor", &s.release, released.clone(), vec![value, &self.channel, &self.named_notice, "check-config-successor", ttl], Some(1)),
+            step("acquire (reserved for the successor)", &s.acquire, three.clone(), vec![other, ttl, "0", "take", "check-config-other"], Some(0)),
+            step("acquire by the successor", &s.acquire, three, vec![next, ttl, "0", "take", "check-config-successor"], Some(1)),
+            step("release", &s.release, released, vec![next, &self.channel, &self.notice, "", "0"], Some(1)),
+            step("candidate record", &s.candidates, hash.clone(), vec!["check-config", ttl, "0", "0", "0", "0", ""], None),
+            step("candidate withdrawal", &s.candidates, hash, vec!["check-config", ttl, "withdraw", "0", "0", "0", ""], None),
+        ]
     }
 }
 
@@ -338,11 +326,64 @@ struct ProbeStep<'a> {
     /// For the error message.
     name: &'a str,
     /// The script.
-    script: &'a crate::redlock::scripts::Script,
+    script: &'a Script,
     /// Its KEYS.
-    keys: &'a [&'a str],
+    keys: Vec<&'a str>,
     /// Its ARGV.
     args: Vec<&'a str>,
     /// The expected result.
     expect: Option<i64>,
+}
+
+impl<'a> ProbeStep<'a> {
+    fn new(
+        name: &'a str,
+        script: &'a Script,
+        keys: Vec<&'a str>,
+        args: Vec<&'a str>,
+        expect: Option<i64>,
+    ) -> Self {
+        ProbeStep {
+            name,
+            script,
+            keys,
+            args,
+            expect,
+        }
+    }
+
+    async fn run(
+        self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        tls: bool,
+        probe_key: &str,
+    ) -> Result<(), ConnectError> {
+        let reply: redis::Value = redis::cmd("EVALSHA")
+            .arg(&self.script.sha)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args)
+            .query_async(conn)
+            .await
+            .map_err(|e| ConnectError::from_redis(&e, tls))?;
+        // Every script answers `{node TIME, result, ...}`.
+        let ok = match &reply {
+            redis::Value::Array(items) => match (items.get(1), self.expect) {
+                (Some(redis::Value::Int(i)), Some(e)) => *i == e,
+                (Some(redis::Value::Int(_)), None) => true,
+                _ => false,
+            },
+            _ => false,
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(ConnectError::new(
+            Reason::Other,
+            format!(
+                "the {} script on the probe key {probe_key} answered {reply:?}",
+                self.name
+            ),
+        ))
+    }
 }

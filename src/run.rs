@@ -3,124 +3,96 @@
 //!
 //! Kubernetes sends SIGTERM to start a graceful shutdown: the elector publishes "not leader"
 //! first, then releases on all nodes in parallel and publishes the release notice, so a follower
-//! takes over within milliseconds. The whole shutdown is bounded by `2×timeout + 1s`.
+//! takes over within milliseconds. The whole shutdown is bounded by [`shutdown_budget`].
+//!
+//! One [`CancellationToken`] (`stop`) tells every task of the election to end; a second one
+//! (`finish`) tells the kube publisher to label the pod follower and end, once the release is
+//! done.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, Shared};
 use crate::config::Config;
-use crate::elector::{self, Elector, Timing};
+use crate::elector::{self, Elector, Handles, Timing};
+
+use crate::leadership::Shared;
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
 use crate::publish::k8s;
 use crate::redlock::Redlock;
-use crate::{Error, Result};
+use crate::{Error, Result, api};
 
 /// Longest wait for the pod label to show follower at shutdown, after the release.
 const KUBE_FINISH: Duration = Duration::from_secs(1);
 
+/// Of the [`shutdown_budget`], the release may take all but this: the rest is for the pod
+/// label and the exit.
+const LABEL_RESERVE: Duration = Duration::from_millis(100);
+
+/// Of the [`shutdown_budget`], this much is left for the process to exit after the pod label.
+const EXIT_SLACK: Duration = Duration::from_millis(50);
+
+/// The bound of a graceful shutdown, from the signal to the exit: `2 × redis.timeout + 1 s`
+/// (README, "Kubernetes": a sidecar stopped during an API-server outage still exits within it;
+/// tests/kube_labels.rs checks it). The release (each node bounded by `redis.timeout`, plus
+/// the candidate-record withdrawal) takes all of it but [`LABEL_RESERVE`]; the pod label gets
+/// what is left, at most [`KUBE_FINISH`].
+pub fn shutdown_budget(redis_timeout: Duration) -> Duration {
+    redis_timeout * 2 + Duration::from_secs(1)
+}
+
+/// The kube publisher's task, and the token that tells it to finish.
+struct Publisher {
+    /// Cancelled after the release: label the pod follower and end.
+    finish: CancellationToken,
+    /// The publisher itself.
+    task: JoinHandle<()>,
+}
+
 /// Run the sidecar until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
-    let metrics = Metrics::new(&config.lease.name);
+    let metrics =
+        Metrics::register(&Registry::new(), &config.lease.name).map_err(Error::Metrics)?;
     let redlock = Arc::new(Redlock::new(&config, metrics.clone())?);
-    let api_listener = TcpListener::bind(config.api_listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: config.api_listen,
-            what: "api.listen",
-            source,
-        })?;
-    let ops_listener = TcpListener::bind(config.ops_listen)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: config.ops_listen,
-            what: "ops.listen",
-            source,
-        })?;
+    let api_listener = bind(config.api_listen, "api.listen").await?;
+    let ops_listener = bind(config.ops_listen, "ops.listen").await?;
 
-    let (stop_tx, stop_rx) = watch::channel(false);
     let stop = CancellationToken::new();
     let timing = Timing::new(
         config.lease.ttl,
         config.lease.renew_every,
         config.lease.retry_every,
     );
-    // The candidate's standing: the own pod's revision, creation time and Ready condition in
-    // Kubernetes (polled), nothing to wait for elsewhere.
     let kube_settings = k8s::Settings::from_config(&config);
-    let (standing_tx, standing_rx) = watch::channel(match &kube_settings {
-        Some(_) => elector::Standing::unknown(),
-        None => elector::Standing::fixed(),
-    });
-    if let Some(settings) = &kube_settings {
-        tokio::spawn(k8s::poll_pod(
-            settings.clone(),
-            metrics.clone(),
-            standing_tx,
-            stop.clone(),
-        ));
-    }
+    let standing = start_pod_poller(kube_settings.as_ref(), &metrics, &stop);
     let (elector, handles) = Elector::new(
         redlock.clone(),
         config.identity.clone(),
         timing.clone(),
-        elector::Preference {
-            prefer: config.lease.prefer,
-            priority: config.lease.priority,
-            settle: config.lease.prefer_settle,
-            grace: elector::grace(config.redis.timeout),
-            name_successor: !config.unsafe_switches.no_named_successor,
-        },
-        standing_rx,
+        preference(&config),
+        standing,
         metrics.clone(),
     );
-    for node in redlock.nodes() {
-        tokio::spawn(node.clone().maintain(stop_rx.clone()));
-        tokio::spawn(node.clone().subscribe(
-            redlock.channel().to_string(),
-            handles.notices.clone(),
-            stop_rx.clone(),
-        ));
-    }
+    start_nodes(&redlock, &handles, &stop);
     tokio::spawn(elector::watchdog(
         handles.health.clone(),
         metrics.clone(),
         timing.stall_margin,
-        stop_rx.clone(),
+        stop.clone(),
     ));
-
     // The kube publisher only reads the leadership watches; it is told to finish after the
-    // elector has released, and then gets at most KUBE_FINISH to label the pod follower.
-    let publisher = kube_settings.map(|settings| {
-        let finish = CancellationToken::new();
-        let task = tokio::spawn(
-            k8s::Publisher::new(
-                settings,
-                metrics.clone(),
-                handles.leadership.clone(),
-                handles.reason.clone(),
-            )
-            .run(finish.clone()),
-        );
-        (finish, task)
-    });
-
-    let shared = Shared {
-        lease: config.lease.name.as_str().into(),
-        identity: config.identity.as_str().into(),
-        leadership: handles.leadership.clone(),
-        eligibility: {
-            let redlock = redlock.clone();
-            Arc::new(move |now| redlock.eligibility(now))
-        },
-        candidacy: handles.candidacy.clone(),
-    };
+    // elector has released.
+    let publisher = kube_settings.map(|settings| start_publisher(settings, &metrics, &handles));
+    let shared = shared(&config, &redlock, &handles);
     let api_addr = api_listener.local_addr().ok();
     let ops_addr = ops_listener.local_addr().ok();
     tokio::spawn(api::serve(
@@ -148,18 +120,108 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         "redlock-elector started"
     );
 
-    let mut elector_task = tokio::spawn(elector.run(stop_rx));
+    let mut elector_task = tokio::spawn(elector.run(stop.clone()));
     tokio::select! {
         _ = shutdown => {}
         r = &mut elector_task => {
             tracing::error!(?r, "election loop ended unexpectedly");
         }
     }
+    let budget = shutdown_budget(config.redis.timeout);
+    shut_down(stop, elector_task, &redlock, publisher, budget).await;
+    Ok(())
+}
+
+async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, what, source })
+}
+
+/// How this sidecar ranks candidates and hands over.
+fn preference(config: &Config) -> elector::Preference {
+    elector::Preference {
+        prefer: config.lease.prefer,
+        priority: config.lease.priority,
+        settle: config.lease.prefer_settle,
+        grace: elector::grace(config.redis.timeout),
+        name_successor: !config.unsafe_switches.no_named_successor,
+    }
+}
+
+/// The candidate's standing: the own pod's revision, creation time and Ready condition in
+/// Kubernetes (polled until `stop`), nothing to wait for elsewhere.
+fn start_pod_poller(
+    settings: Option<&k8s::Settings>,
+    metrics: &Metrics,
+    stop: &CancellationToken,
+) -> watch::Receiver<elector::Standing> {
+    let Some(settings) = settings else {
+        return watch::channel(elector::Standing::fixed()).1;
+    };
+    let (tx, rx) = watch::channel(elector::Standing::unknown());
+    tokio::spawn(k8s::poll_pod(
+        settings.clone(),
+        metrics.clone(),
+        tx,
+        stop.clone(),
+    ));
+    rx
+}
+
+/// Per node: keep the connection up, and subscribe to the release notices.
+fn start_nodes(redlock: &Redlock, handles: &Handles, stop: &CancellationToken) {
+    for node in redlock.nodes() {
+        tokio::spawn(node.clone().maintain(stop.clone()));
+        tokio::spawn(node.clone().subscribe(
+            redlock.channel().to_string(),
+            handles.notices.clone(),
+            stop.clone(),
+        ));
+    }
+}
+
+fn start_publisher(settings: k8s::Settings, metrics: &Metrics, handles: &Handles) -> Publisher {
+    let finish = CancellationToken::new();
+    let task = tokio::spawn(
+        k8s::Publisher::new(
+            settings,
+            metrics.clone(),
+            handles.leadership.clone(),
+            handles.reason.clone(),
+        )
+        .run(finish.clone()),
+    );
+    Publisher { finish, task }
+}
+
+/// What the API and the ops server answer from.
+fn shared(config: &Config, redlock: &Arc<Redlock>, handles: &Handles) -> Shared {
+    Shared {
+        lease: config.lease.name.as_str().into(),
+        identity: config.identity.as_str().into(),
+        leadership: handles.leadership.clone(),
+        eligibility: {
+            let redlock = redlock.clone();
+            Arc::new(move |now| redlock.eligibility(now).into_iter().collect())
+        },
+        candidacy: handles.candidacy.clone(),
+    }
+}
+
+/// Stop contending and release (the elector publishes "not leader" first), wait for every
+/// node's release, then let the publisher label the pod follower; all within `budget`.
+async fn shut_down(
+    stop: CancellationToken,
+    mut elector_task: JoinHandle<()>,
+    redlock: &Redlock,
+    publisher: Option<Publisher>,
+    budget: Duration,
+) {
     tracing::info!("shutting down: stepping down and releasing the lease");
-    let started = tokio::time::Instant::now();
-    let _ = stop_tx.send(true);
+    let started = Instant::now();
     stop.cancel();
-    let grace = config.redis.timeout * 2 + Duration::from_millis(900);
+    let grace = budget.saturating_sub(LABEL_RESERVE);
     // The elector's release returns at a quorum of confirmations; the other nodes' releases
     // finish in the background, and the process must not exit before they are written.
     let released = async {
@@ -173,12 +235,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         );
         elector_task.abort();
     }
-    if let Some((finish, mut task)) = publisher {
-        // The whole shutdown stays within 2×timeout + 1s, however slow the API server is.
-        let bound = config.redis.timeout * 2 + Duration::from_secs(1);
-        let left = bound
+    if let Some(Publisher { finish, mut task }) = publisher {
+        // The whole shutdown stays within the budget, however slow the API server is.
+        let left = budget
             .saturating_sub(started.elapsed())
-            .saturating_sub(Duration::from_millis(50))
+            .saturating_sub(EXIT_SLACK)
             .min(KUBE_FINISH);
         finish.cancel();
         if tokio::time::timeout(left, &mut task).await.is_err() {
@@ -193,7 +254,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         took_ms = started.elapsed().as_millis() as u64,
         "shutdown complete"
     );
-    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -207,4 +267,21 @@ pub fn signals() -> Result<impl Future<Output = ()>> {
             _ = int.recv() => tracing::info!("SIGINT received"),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shutdown_budget_is_the_documented_bound() {
+        let timeout = Duration::from_millis(50);
+        assert_eq!(shutdown_budget(timeout), Duration::from_millis(1_100));
+        // The release is cut off 100 ms before the bound, leaving the pod label at least 50 ms.
+        assert_eq!(
+            shutdown_budget(timeout) - LABEL_RESERVE,
+            timeout * 2 + Duration::from_millis(900)
+        );
+        assert!(LABEL_RESERVE > EXIT_SLACK);
+    }
 }

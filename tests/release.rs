@@ -46,7 +46,9 @@ fn library(nodes: &[Redis]) -> Redlock {
         args.extend(["--redis", u.as_str()]);
     }
     let cfg = library_config(&args);
-    Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock")
+    let metrics =
+        Metrics::register(&prometheus::Registry::new(), &cfg.lease.name).expect("metrics");
+    Redlock::new(&cfg, metrics).expect("redlock")
 }
 
 #[test]
@@ -58,9 +60,9 @@ fn release_returns_at_quorum_and_the_slow_node_still_releases() {
         .build()
         .expect("runtime");
     let redlock = library(&nodes);
-    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
     for node in redlock.nodes() {
-        rt.spawn(node.clone().maintain(stop_rx.clone()));
+        rt.spawn(node.clone().maintain(stop.clone()));
     }
     let up = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
         redlock.nodes().iter().all(|n| n.is_up()).then_some(())

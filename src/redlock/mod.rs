@@ -56,11 +56,17 @@ pub enum Acquire {
 impl Acquire {
     /// The metric label of the result.
     pub fn label(&self) -> &'static str {
+        self.result().label()
+    }
+
+    /// The result as the metrics count it.
+    pub fn result(&self) -> crate::metrics::AcquireResult {
+        use crate::metrics::AcquireResult;
         match self {
-            Acquire::Acquired(_) => "acquired",
-            Acquire::Contended(_) => "contended",
-            Acquire::NoQuorum(_) => "no_quorum",
-            Acquire::Error => "error",
+            Acquire::Acquired(_) => AcquireResult::Acquired,
+            Acquire::Contended(_) => AcquireResult::Contended,
+            Acquire::NoQuorum(_) => AcquireResult::NoQuorum,
+            Acquire::Error => AcquireResult::Error,
         }
     }
 }
@@ -101,7 +107,7 @@ pub struct Redlock {
     /// quorum has since lost it (an empty restart of the only node the two quorums shared).
     epoch_seen: AtomicU64,
     /// Releases whose last commands still run in the background (see [`Redlock::release`]).
-    releasing: tokio::sync::watch::Sender<usize>,
+    releasing: tokio_util::task::TaskTracker,
 }
 
 /// Release notices as the subscriptions deliver them: a wake-up at the first copy of each
@@ -284,7 +290,7 @@ impl Redlock {
             drift: math::drift(config.lease.ttl, config.lease.drift_factor),
             metrics,
             epoch_seen: AtomicU64::new(0),
-            releasing: tokio::sync::watch::Sender::new(0),
+            releasing: tokio_util::task::TaskTracker::new(),
         })
     }
 
@@ -579,18 +585,15 @@ impl Redlock {
         if pending.is_empty() {
             return;
         }
-        self.releasing.send_modify(|n| *n += 1);
-        let releasing = self.releasing.clone();
-        tokio::spawn(async move {
-            while pending.next().await.is_some() {}
-            releasing.send_modify(|n| *n -= 1);
-        });
+        self.releasing
+            .spawn(async move { while pending.next().await.is_some() {} });
     }
 
     /// Resolves once no release is still running on any node (see [`Redlock::release`]).
     pub async fn settled(&self) {
-        let mut rx = self.releasing.subscribe();
-        let _ = rx.wait_for(|n| *n == 0).await;
+        // Closing only lets `wait` resolve once empty; releases after this are still tracked.
+        self.releasing.close();
+        self.releasing.wait().await;
     }
 
     /// Votes needed for a quorum: ⌊N/2⌋ + 1 of all configured nodes.

@@ -448,11 +448,11 @@ impl Node {
     /// Keep a verified connection up and the health fresh until `stop` fires: connect with
     /// jittered exponential backoff, re-check INFO every second (also detects a silent server)
     /// and the node's clock every [`Node::clock_refresh`].
-    pub async fn maintain(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    pub async fn maintain(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
         let mut backoff = Duration::from_millis(50);
         let mut info_read: Option<Instant> = None;
         loop {
-            if *stop.borrow() {
+            if stop.is_cancelled() {
                 return;
             }
             let connected = lock(&self.conn).clone();
@@ -508,7 +508,7 @@ impl Node {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.broken.notified() => {}
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
         }
     }
@@ -658,7 +658,7 @@ impl Node {
         self: Arc<Self>,
         channel: String,
         notices: Arc<super::Notices>,
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        stop: tokio_util::sync::CancellationToken,
     ) {
         use futures::StreamExt;
         let mut backoff = Duration::from_millis(100);
@@ -688,13 +688,13 @@ impl Node {
                         tracing::debug!(endpoint = %self.endpoint.name, error = %e, "release-notice subscription ended");
                     }
                 }
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
             let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.5));
             backoff = (backoff * 2).min(Duration::from_secs(2));
             tokio::select! {
                 _ = tokio::time::sleep(jittered) => {}
-                _ = stop.changed() => return,
+                _ = stop.cancelled() => return,
             }
         }
     }

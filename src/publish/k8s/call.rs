@@ -80,10 +80,7 @@ struct Counted<'a> {
 
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
-        self.metrics
-            .kube_requests
-            .with_label_values(&[self.verb, self.result])
-            .inc();
+        self.metrics.kube_request(self.verb, self.result);
     }
 }
 

@@ -1,0 +1,250 @@
+//! The follower: wait for the next attempt (a jittered `retryEvery`, the predicted expiry of
+//! the holder's keys, the moment a quorum counts this sidecar's votes, or a release notice),
+//! attempt, and lead when the attempt wins.
+
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::candidacy::Seat;
+use super::{Elector, StepDown, StepDownReason};
+use crate::backoff::{jitter, scale};
+use crate::redlock::{Acquire, Observed};
+
+/// Each retry period is scaled by a factor from this range, so followers drift apart.
+const RETRY_JITTER: std::ops::Range<f64> = 0.75..1.25;
+/// After a release notice that names nobody: a little jitter keeps several followers from
+/// splitting the vote.
+const NOTICE_JITTER: std::ops::Range<Duration> = Duration::ZERO..Duration::from_millis(2);
+/// After the holder's keys are predicted to expire (a crashed leader): a small spread beyond.
+const EXPIRY_JITTER: std::ops::Range<Duration> = Duration::from_millis(1)..Duration::from_millis(8);
+/// After the moment a quorum of nodes counts this sidecar's votes.
+const QUORUM_JITTER: std::ops::Range<Duration> = Duration::ZERO..Duration::from_millis(2);
+/// After a split vote, whose losers all released at once: try again soon...
+const SPLIT_VOTE_RETRY: std::ops::Range<Duration> =
+    Duration::from_millis(1)..Duration::from_millis(15);
+/// ...this many times in a row, then at the normal period.
+const FAST_RETRIES: u32 = 3;
+/// While the loop is stalled, no attempt: look again after this.
+const STALLED_RECHECK: Duration = Duration::from_millis(100);
+
+/// The follower's timers, kept across attempts.
+pub(super) struct Schedule {
+    /// When the next attempt goes out.
+    next_attempt: Instant,
+    /// Split votes in a row; the first [`FAST_RETRIES`] are retried at once.
+    fast_streak: u32,
+    /// Until when a requested step-down keeps this sidecar from contending.
+    cooldown_until: Option<Instant>,
+    /// Start of the current failover gap (for `acquire_wait`): when the lease was last known
+    /// held by someone else, or the first attempt that found it free.
+    free_since: Option<Instant>,
+}
+
+impl Schedule {
+    pub(super) fn new() -> Self {
+        Schedule {
+            next_attempt: Instant::now(),
+            fast_streak: 0,
+            cooldown_until: None,
+            free_since: None,
+        }
+    }
+}
+
+/// Why the follower woke.
+enum Wake {
+    /// Shut down.
+    Stop,
+    /// Nothing to attempt yet (answered a step-down request, cooling down, stalled).
+    Again,
+    /// The retry timer fired: attempt now.
+    Timer,
+    /// A release notice arrived: attempt once its successor had its chance.
+    Notice,
+}
+
+impl Elector {
+    /// Follow, attempt, lead, and again, until `stop` is cancelled or a term ends in shutdown.
+    pub(super) async fn elect(&mut self, stop: &CancellationToken) {
+        let mut s = Schedule::new();
+        loop {
+            match self.wait_for_attempt(&mut s, stop).await {
+                Wake::Stop => return,
+                Wake::Again => continue,
+                Wake::Timer => {}
+                Wake::Notice => {
+                    if self.after_notice(&mut s, stop).await.is_break() {
+                        return;
+                    }
+                }
+            }
+            if self.attempt(&mut s, stop).await.is_break() {
+                return;
+            }
+        }
+    }
+
+    async fn wait_for_attempt(&mut self, s: &mut Schedule, stop: &CancellationToken) -> Wake {
+        let wake = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return Wake::Stop,
+            Some(req) = self.requests.recv() => {
+                let _ = req.send(StepDown::NotLeader);
+                return Wake::Again;
+            }
+            _ = self.notices.notified() => Wake::Notice,
+            _ = sleep_until(s.next_attempt) => Wake::Timer,
+        };
+        if stop.is_cancelled() {
+            return Wake::Stop;
+        }
+        if let Some(until) = s.cooldown_until.filter(|c| Instant::now() < *c) {
+            s.next_attempt = until;
+            return Wake::Again;
+        }
+        if self.health.stalled.load(Ordering::SeqCst) {
+            s.next_attempt = Instant::now() + STALLED_RECHECK;
+            return Wake::Again;
+        }
+        wake
+    }
+
+    /// The holder released: it is no longer the leader. Wait for the moment to attempt: at
+    /// once if named, after the grace if someone else is, after a little jitter otherwise.
+    async fn after_notice(
+        &mut self,
+        s: &mut Schedule,
+        stop: &CancellationToken,
+    ) -> ControlFlow<()> {
+        let cur = self.tx.borrow().leader.clone();
+        if cur.is_some() && cur.as_deref() != Some(&self.identity) {
+            self.publish(None, None);
+        }
+        s.free_since = Some(Instant::now());
+        match self.notices.successor() {
+            // Named: attempt as soon as the key is gone on a quorum (a quorum of nodes has sent
+            // the notice; the first copy may come from a node the release reached first, and an
+            // attempt then would find the key still held elsewhere). If copies are missing (a
+            // node down), attempt after the grace.
+            Some(named) if named == self.identity => {
+                let until = Instant::now() + self.preference.grace;
+                while self.notices.copies() < self.notices.quorum() {
+                    tokio::select! {
+                        _ = self.notices.quorum_reached() => {}
+                        _ = sleep_until(until) => break,
+                        _ = stop.cancelled() => return ControlFlow::Break(()),
+                    }
+                }
+                tracing::info!(
+                    copies = self.notices.copies(),
+                    "named successor by the release notice; attempting"
+                );
+            }
+            // Someone else is named: let it win first; if it is gone, this costs the grace at
+            // most.
+            Some(_) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.preference.grace) => {}
+                    _ = stop.cancelled() => return ControlFlow::Break(()),
+                }
+            }
+            None => tokio::time::sleep(jitter(NOTICE_JITTER)).await,
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// One attempt (with the candidate records read beside it), then the next one scheduled;
+    /// breaks when a term ended in shutdown.
+    async fn attempt(&mut self, s: &mut Schedule, stop: &CancellationToken) -> ControlFlow<()> {
+        let attempted_at = Instant::now();
+        let redlock = self.redlock.clone();
+        let (outcome, read) = tokio::join!(
+            redlock.acquire(&self.identity),
+            self.read_candidates(Seat::Following)
+        );
+        self.apply_candidates(read, Seat::Following);
+        let retry = self.jittered_retry();
+        match outcome {
+            Acquire::Acquired(lease) => {
+                s.fast_streak = 0;
+                let since = s.free_since.take().unwrap_or(attempted_at);
+                self.metrics
+                    .became_leader(Instant::now().saturating_duration_since(since));
+                let reason = self.lead(lease, stop).await;
+                self.reason_tx.send_replace(Some(reason));
+                if reason == StepDownReason::Shutdown {
+                    return ControlFlow::Break(());
+                }
+                if reason == StepDownReason::Requested {
+                    s.cooldown_until = Some(Instant::now() + self.timing.ttl);
+                }
+                s.next_attempt = Instant::now() + self.jittered_retry();
+            }
+            Acquire::Contended(obs) => self.after_contended(s, obs, retry),
+            Acquire::NoQuorum(obs) => self.after_no_quorum(s, obs, attempted_at, retry),
+            Acquire::Error => {
+                s.fast_streak = 0;
+                s.free_since.get_or_insert(attempted_at);
+                s.next_attempt = Instant::now() + retry;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Someone else holds the lease: show it, and wake when a quorum of its keys can have
+    /// expired (a crashed leader), if that is sooner than the retry.
+    fn after_contended(&mut self, s: &mut Schedule, obs: Observed, retry: Duration) {
+        s.fast_streak = 0;
+        s.free_since = Some(Instant::now() + obs.free_in.unwrap_or_default());
+        self.publish(None, obs.holder);
+        let at_expiry = obs.free_in.map(|d| d + jitter(EXPIRY_JITTER));
+        s.next_attempt = Instant::now() + at_expiry.map_or(retry, |d| d.min(retry));
+        // A fresh sidecar becomes a ready candidate when a quorum counts its votes: refresh its
+        // record then, not a retry later.
+        if let Some(at) = self.quorum_counts_soon(Instant::now()) {
+            s.next_attempt = s.next_attempt.min(at);
+        }
+    }
+
+    /// Nobody reached a quorum: a split vote (every loser already released, so try again soon,
+    /// a few times), or too few nodes count yet.
+    fn after_no_quorum(&mut self, s: &mut Schedule, obs: Observed, at: Instant, retry: Duration) {
+        s.free_since.get_or_insert(at);
+        if obs.holder.is_none() {
+            let known = self.tx.borrow().leader.is_some();
+            if known {
+                self.publish(None, None);
+            }
+        }
+        s.fast_streak += 1;
+        s.next_attempt = if s.fast_streak <= FAST_RETRIES {
+            Instant::now() + jitter(SPLIT_VOTE_RETRY)
+        } else {
+            Instant::now() + retry
+        };
+        // Fewer than a quorum count yet (this sidecar still watches the nodes' clocks, or they
+        // are quarantined): attempts before then only probe, so the next one that can win goes
+        // out the moment a quorum counts.
+        let now = Instant::now();
+        if let Some(at) = self.quorum_counts_soon(now) {
+            s.next_attempt = at.min(now + retry);
+        }
+    }
+
+    /// When a quorum of nodes will count this sidecar's votes (jittered), if that is still
+    /// ahead of `now`.
+    fn quorum_counts_soon(&self, now: Instant) -> Option<Instant> {
+        self.redlock
+            .quorum_counts_at()
+            .filter(|at| *at > now)
+            .map(|at| at + jitter(QUORUM_JITTER))
+    }
+
+    pub(super) fn jittered_retry(&self) -> Duration {
+        scale(self.timing.retry_every, RETRY_JITTER)
+    }
+}

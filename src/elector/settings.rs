@@ -1,0 +1,97 @@
+//! The settings of the state machine: timers, preference and this sidecar's standing as a
+//! candidate.
+
+use std::time::Duration;
+
+use crate::config::Prefer;
+
+/// How long followers not named by a release notice wait before contending, measured against
+/// the named successor's acquisition (README "Rollouts"): on loopback the named one holds the
+/// lease 1–3 ms after the notice; a round trip to distant nodes plus a slow node's reply stays
+/// within one `redis.timeout`. So the grace is `redis.timeout` + this margin, and a named
+/// successor that is gone delays the handover by at most that much.
+pub const GRACE_MARGIN: Duration = Duration::from_millis(25);
+
+/// The grace for a given per-node timeout: `redis.timeout + GRACE_MARGIN`.
+pub fn grace(redis_timeout: Duration) -> Duration {
+    redis_timeout + GRACE_MARGIN
+}
+
+/// The stall margin never goes below this, however short the renewal period.
+const MIN_STALL_MARGIN: Duration = Duration::from_millis(50);
+
+/// This sidecar's standing as a candidate, from outside the election: the `kube` pod poller in
+/// Kubernetes, fixed elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// The pod's revision label (empty outside Kubernetes).
+    pub revision: String,
+    /// The pod's creation time, Unix seconds (0 outside Kubernetes).
+    pub created: i64,
+    /// Whether the pod is Ready (always outside Kubernetes).
+    pub ready: bool,
+    /// Whether revision and creation time are known yet (never ready before).
+    pub known: bool,
+}
+
+impl Standing {
+    /// Outside Kubernetes: nothing to wait for.
+    pub fn fixed() -> Standing {
+        Standing {
+            revision: String::new(),
+            created: 0,
+            ready: true,
+            known: true,
+        }
+    }
+
+    /// In Kubernetes, before the pod was read.
+    pub fn unknown() -> Standing {
+        Standing {
+            revision: String::new(),
+            created: 0,
+            ready: false,
+            known: false,
+        }
+    }
+}
+
+/// The preference settings of the state machine.
+#[derive(Clone, Debug)]
+pub struct Preference {
+    /// `lease.prefer`.
+    pub prefer: Prefer,
+    /// `lease.priority`.
+    pub priority: i64,
+    /// `lease.preferSettle`.
+    pub settle: Duration,
+    /// How long followers not named wait after a notice ([`grace`]).
+    pub grace: Duration,
+    /// Whether a graceful release names a successor (off only for the benchmark's comparison).
+    pub name_successor: bool,
+}
+
+/// Timing settings of the state machine.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// Lease ttl (also the cool-down after a requested step-down).
+    pub ttl: Duration,
+    /// Renewal period.
+    pub renew_every: Duration,
+    /// Base follower retry period.
+    pub retry_every: Duration,
+    /// Timer slip beyond which the loop counts as stalled.
+    pub stall_margin: Duration,
+}
+
+impl Timing {
+    /// Derive the stall margin from the renewal period: half of it, at least 50 ms.
+    pub fn new(ttl: Duration, renew_every: Duration, retry_every: Duration) -> Self {
+        Timing {
+            ttl,
+            renew_every,
+            retry_every,
+            stall_margin: (renew_every / 2).max(MIN_STALL_MARGIN),
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Creating and registering metrics: one call per metric in [`super::Metrics::register`].
+
+use prometheus::core::Collector;
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
+};
+
+pub(super) const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// Failover gaps: milliseconds for a graceful handover, up to ttl + retryEvery after a crash.
+pub(super) const WAIT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+];
+
+/// Whether a metric carries the `lease` const label: the per-process ones do, the
+/// per-endpoint and per-request ones are joined to it through `lease_info`.
+#[derive(Clone, Copy)]
+pub(super) enum Scope {
+    /// `{lease="…"}` on every series.
+    Lease,
+    /// No `lease` label.
+    Process,
+}
+
+/// Creates metrics and registers them, failing on the first error.
+pub(super) struct Builder<'a> {
+    /// Where they go.
+    pub(super) registry: &'a Registry,
+    /// The `lease` const label.
+    pub(super) lease: &'a str,
+}
+
+impl Builder<'_> {
+    fn opts(&self, scope: Scope, name: &str, help: &str) -> Opts {
+        match scope {
+            Scope::Lease => Opts::new(name, help).const_label("lease", self.lease),
+            Scope::Process => Opts::new(name, help),
+        }
+    }
+
+    fn register<C: Collector + Clone + 'static>(
+        &self,
+        made: prometheus::Result<C>,
+    ) -> prometheus::Result<C> {
+        let c = made?;
+        self.registry.register(Box::new(c.clone()))?;
+        Ok(c)
+    }
+
+    pub(super) fn int_gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+        self.register(IntGauge::with_opts(self.opts(Scope::Lease, name, help)))
+    }
+
+    pub(super) fn gauge(&self, name: &str, help: &str) -> prometheus::Result<Gauge> {
+        self.register(Gauge::with_opts(self.opts(Scope::Lease, name, help)))
+    }
+
+    pub(super) fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+        self.register(IntCounter::with_opts(self.opts(Scope::Lease, name, help)))
+    }
+
+    pub(super) fn gauge_vec(
+        &self,
+        scope: Scope,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> prometheus::Result<IntGaugeVec> {
+        self.register(IntGaugeVec::new(self.opts(scope, name, help), labels))
+    }
+
+    pub(super) fn counter_vec(
+        &self,
+        scope: Scope,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> prometheus::Result<IntCounterVec> {
+        self.register(IntCounterVec::new(self.opts(scope, name, help), labels))
+    }
+
+    pub(super) fn histogram(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+    ) -> prometheus::Result<Histogram> {
+        let opts = HistogramOpts::new(name, help)
+            .const_label("lease", self.lease)
+            .buckets(buckets.to_vec());
+        self.register(Histogram::with_opts(opts))
+    }
+
+    pub(super) fn histogram_vec(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> prometheus::Result<HistogramVec> {
+        let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+        self.register(HistogramVec::new(opts, labels))
+    }
+}

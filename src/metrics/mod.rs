@@ -1,0 +1,287 @@
+//! Prometheus metrics: one registry, created once, shared by the elector and the node tasks
+//! (which count events through the domain methods below) and the ops server (which sets the
+//! answer-time gauges and renders). Label values are bounded: `lease` (one per process),
+//! `endpoint` (`host:port`, ≤ 16), `command`, `result` and `reason` (fixed sets, spelled once by
+//! the enums here and in the modules that own them).
+//!
+//! Names, help texts and label sets are a documented interface (README "Metrics",
+//! tests/observability): change them only together with the docs.
+
+mod builder;
+mod labels;
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Registry, TextEncoder,
+};
+
+use self::builder::{Builder, LATENCY_BUCKETS, Scope, WAIT_BUCKETS};
+use self::labels::renewal_label;
+pub use self::labels::{AcquireResult, HandoverReason, LeadershipGauges};
+
+/// All metrics of the process. The fields stay public for the call sites that still count
+/// directly; new code uses the methods.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Where everything is registered; rendered by `/metrics`.
+    pub registry: Registry,
+    /// 1 while leader, evaluated at scrape time against the deadline.
+    pub is_leader: IntGauge,
+    /// Times this sidecar became leader.
+    pub leader_transitions: IntCounter,
+    /// Acquire attempts by result: acquired | contended | no_quorum | error.
+    pub acquire_attempts: IntCounterVec,
+    /// Renewal rounds by result: ok | failed.
+    pub renewals: IntCounterVec,
+    /// Seconds of validity left, evaluated at scrape time.
+    pub lease_valid_seconds: Gauge,
+    /// Fencing token of the current term; 0 when not leader.
+    pub fencing_token: IntGauge,
+    /// Duration of acquire attempts (all results).
+    pub acquire_duration: Histogram,
+    /// Failover gap seen by a new leader: from when the lease was last known held by someone
+    /// else (the expiry its last `contended` reply predicted, or the release notice) — or from
+    /// the first attempt, when it saw no holder — to this acquisition.
+    pub acquire_wait: Histogram,
+    /// 1 while this sidecar knows a current holder (itself, or the holder it last observed).
+    pub leader_known: IntGauge,
+    /// Votes needed for a quorum (⌊N/2⌋+1); compared with `redis_endpoints_usable`.
+    pub quorum: IntGauge,
+    /// Endpoints that are connected and not quarantined, evaluated at scrape time.
+    pub redis_endpoints_usable: IntGauge,
+    /// `{lease, identity}` = 1: joins identity and lease onto per-endpoint series. Set by the
+    /// ops server, which knows the identity.
+    pub lease_info: IntGaugeVec,
+    /// 1 while a verified connection to the endpoint is up.
+    pub redis_up: IntGaugeVec,
+    /// 1 while the endpoint does not count toward a quorum (restart, clock jump, replica,
+    /// evicting policy).
+    pub redis_quarantined: IntGaugeVec,
+    /// 1 while this sidecar counts the endpoint's vote: connected, not quarantined, and its clock
+    /// watched long enough (evaluated at scrape time).
+    pub redis_eligible: IntGaugeVec,
+    /// Wall-clock jumps detected on the endpoint, by direction: forward | backward.
+    pub redis_clock_jumps: IntCounterVec,
+    /// Per-endpoint command latency.
+    pub redis_command_duration: HistogramVec,
+    /// Per-endpoint command failures by kind: timeout | error | not_connected.
+    pub redis_command_errors: IntCounterVec,
+    /// Failed connection attempts (connect, TLS, AUTH, handshake, subscription) per endpoint by
+    /// reason: tls | auth | noperm | refused | timeout | dns | other.
+    pub redis_connect_errors: IntCounterVec,
+    /// 1 while the election loop is stalled (timer slipped beyond the margin).
+    pub stalled: IntGauge,
+    /// Times the election loop's timer slipped beyond the margin.
+    pub stalls: IntCounter,
+    /// Kubernetes API requests of the `kube` publisher by verb (get | list | patch | create)
+    /// and result (ok | conflict | forbidden | not_found | server_error | client_error |
+    /// timeout | transport | cancelled).
+    pub kube_requests: IntCounterVec,
+    /// Graceful handovers this sidecar made as leader (its release named a successor), by
+    /// reason: shutdown | step_down | preferred.
+    pub handovers: IntCounterVec,
+}
+
+impl Metrics {
+    /// Create every metric for `lease` and register it in `registry`. Fails only if a name is
+    /// registered there already (or a definition below is malformed).
+    #[rustfmt::skip] // One line per metric: the table reads best unwrapped.
+    pub fn register(registry: &Registry, lease: &str) -> prometheus::Result<Self> {
+        use Scope::{Lease, Process};
+        let b = Builder { registry, lease };
+        let m = Metrics {
+            registry: registry.clone(),
+            is_leader: b.int_gauge("redlock_elector_is_leader", "1 while this sidecar holds the lease")?,
+            leader_transitions: b.counter("redlock_elector_leader_transitions_total", "Times this sidecar became leader; the sum over pods counts every term")?,
+            acquire_attempts: b.counter_vec(Lease, "redlock_elector_acquire_attempts_total", "Acquire attempts by result", &["result"])?,
+            renewals: b.counter_vec(Lease, "redlock_elector_renewals_total", "Lease renewal rounds by result", &["result"])?,
+            lease_valid_seconds: b.gauge("redlock_elector_lease_valid_seconds", "Seconds until the lease deadline; 0 when not leader")?,
+            fencing_token: b.int_gauge("redlock_elector_fencing_token", "Fencing token of the current term; 0 when not leader")?,
+            acquire_duration: b.histogram("redlock_elector_acquire_duration_seconds", "Duration of acquire attempts", LATENCY_BUCKETS)?,
+            acquire_wait: b.histogram("redlock_elector_acquire_wait_seconds", "Failover gap seen by a new leader: from when the lease was last known held by another sidecar (or the first failed attempt) to acquiring it", WAIT_BUCKETS)?,
+            leader_known: b.int_gauge("redlock_elector_leader_known", "1 while this sidecar knows a current holder of the lease (itself or the holder it last observed)")?,
+            quorum: b.int_gauge("redlock_elector_quorum", "Redis endpoints needed for a quorum (N/2+1)")?,
+            redis_endpoints_usable: b.int_gauge("redlock_elector_redis_endpoints_usable", "Redis endpoints that are connected and not quarantined (a quorum needs redlock_elector_quorum)")?,
+            lease_info: b.gauge_vec(Lease, "redlock_elector_lease_info", "Lease and identity of this sidecar; always 1 (join on job, instance to add lease to per-endpoint series)", &["identity"])?,
+            redis_up: b.gauge_vec(Process, "redlock_elector_redis_up", "1 while a verified connection to the endpoint is up", &["endpoint"])?,
+            redis_quarantined: b.gauge_vec(Process, "redlock_elector_redis_quarantined", "1 while the endpoint does not count toward a quorum (recent restart, clock jump, replica, evicting maxmemory-policy)", &["endpoint"])?,
+            redis_eligible: b.gauge_vec(Process, "redlock_elector_redis_eligible", "1 while this sidecar counts the endpoint's vote toward a quorum (connected, not quarantined, clock watched for ttl + margin)", &["endpoint"])?,
+            redis_clock_jumps: b.counter_vec(Process, "redlock_elector_redis_clock_jumps_total", "Wall-clock jumps detected on the endpoint (its TIME moved more or less than the monotonic clock allows)", &["endpoint", "direction"])?,
+            redis_command_duration: b.histogram_vec("redlock_elector_redis_command_duration_seconds", "Redis command latency per endpoint", &["endpoint", "command"])?,
+            redis_command_errors: b.counter_vec(Process, "redlock_elector_redis_command_errors_total", "Redis command failures per endpoint", &["endpoint", "command", "kind"])?,
+            redis_connect_errors: b.counter_vec(Process, "redlock_elector_redis_connect_errors_total", "Failed connection attempts per endpoint by reason (tls, auth, noperm, refused, timeout, dns, other)", &["endpoint", "reason"])?,
+            stalled: b.int_gauge("redlock_elector_stalled", "1 while the election loop is stalled (timer slipped)")?,
+            stalls: b.counter("redlock_elector_stalls_total", "Times the election loop's timer slipped beyond the stall margin")?,
+            kube_requests: b.counter_vec(Process, "redlock_elector_kube_requests_total", "Kubernetes API requests by verb and result", &["verb", "result"])?,
+            handovers: b.counter_vec(Lease, "redlock_elector_handovers_total", "Graceful handovers by the leader (its release notice names a successor), by reason", &["reason"])?,
+        };
+        let build_info = b.gauge_vec(
+            Process,
+            "redlock_elector_build_info",
+            "Build information; always 1",
+            &["version"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        // Every series of a fixed label set exists from the start, at 0.
+        for r in HandoverReason::ALL {
+            m.handovers.with_label_values(&[r.label()]);
+        }
+        for r in AcquireResult::ALL {
+            m.acquire_attempts.with_label_values(&[r.label()]);
+        }
+        for ok in [true, false] {
+            m.renewals.with_label_values(&[renewal_label(ok)]);
+        }
+        Ok(m)
+    }
+
+    /// An acquire attempt ended with `result` after `elapsed`.
+    pub fn acquire_finished(&self, result: AcquireResult, elapsed: Duration) {
+        self.acquire_duration.observe(elapsed.as_secs_f64());
+        self.acquire_attempts
+            .with_label_values(&[result.label()])
+            .inc();
+    }
+
+    /// This sidecar became leader after a failover gap of `gap` (see [`Metrics::acquire_wait`]).
+    pub fn became_leader(&self, gap: Duration) {
+        self.acquire_wait.observe(gap.as_secs_f64());
+        self.leader_transitions.inc();
+    }
+
+    /// A renewal round ended: `ok` if a quorum renewed in time.
+    pub fn renewal(&self, ok: bool) {
+        self.renewals.with_label_values(&[renewal_label(ok)]).inc();
+    }
+
+    /// The leader's release named a successor.
+    pub fn handover(&self, reason: HandoverReason) {
+        self.handovers.with_label_values(&[reason.label()]).inc();
+    }
+
+    /// A timer of the election loop slipped beyond the margin.
+    pub fn stall_detected(&self) {
+        self.stalls.inc();
+    }
+
+    /// The watchdog's verdict: stalled until the loop has been on time for a while.
+    pub fn set_stalled(&self, stalled: bool) {
+        self.stalled.set(i64::from(stalled));
+    }
+
+    /// The answer-time leadership gauges.
+    pub fn set_leadership(&self, g: LeadershipGauges) {
+        self.is_leader.set(i64::from(g.is_leader));
+        // Milliseconds, as `/leader` shows them.
+        self.lease_valid_seconds
+            .set(g.valid_for.as_millis() as f64 / 1000.0);
+        self.fencing_token
+            .set(g.fencing_token.map_or(0, |t| t as i64));
+        self.leader_known.set(i64::from(g.leader_known));
+    }
+
+    /// Joins `identity` onto the per-endpoint series (`lease_info`).
+    pub fn set_identity(&self, identity: &str) {
+        self.lease_info.with_label_values(&[identity]).set(1);
+    }
+
+    /// Votes needed, and endpoints that could give one now.
+    pub fn set_quorum(&self, needed: usize, usable: usize) {
+        self.quorum.set(needed as i64);
+        self.redis_endpoints_usable.set(usable as i64);
+    }
+
+    /// Whether a verified connection to `endpoint` is up.
+    pub fn set_redis_up(&self, endpoint: &str, up: bool) {
+        self.redis_up
+            .with_label_values(&[endpoint])
+            .set(i64::from(up));
+    }
+
+    /// Whether `endpoint` is quarantined (does not count toward any quorum).
+    pub fn set_redis_quarantined(&self, endpoint: &str, quarantined: bool) {
+        self.redis_quarantined
+            .with_label_values(&[endpoint])
+            .set(i64::from(quarantined));
+    }
+
+    /// Whether `endpoint`'s vote counts for this sidecar now.
+    pub fn set_redis_eligible(&self, endpoint: &str, eligible: bool) {
+        self.redis_eligible
+            .with_label_values(&[endpoint])
+            .set(i64::from(eligible));
+    }
+
+    /// A wall-clock jump of `endpoint` in `direction` (forward | backward).
+    pub fn clock_jump(&self, endpoint: &str, direction: &str) {
+        self.redis_clock_jumps
+            .with_label_values(&[endpoint, direction])
+            .inc();
+    }
+
+    /// A command on `endpoint` answered after `elapsed`.
+    pub fn command_finished(&self, endpoint: &str, command: &str, elapsed: Duration) {
+        self.redis_command_duration
+            .with_label_values(&[endpoint, command])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A command on `endpoint` failed (`kind`: timeout | error | not_connected).
+    pub fn command_failed(&self, endpoint: &str, command: &str, kind: &str) {
+        self.redis_command_errors
+            .with_label_values(&[endpoint, command, kind])
+            .inc();
+    }
+
+    /// A connection attempt to `endpoint` failed for `reason`.
+    pub fn connect_failed(&self, endpoint: &str, reason: &str) {
+        self.redis_connect_errors
+            .with_label_values(&[endpoint, reason])
+            .inc();
+    }
+
+    /// A Kubernetes API request ended.
+    pub fn kube_request(&self, verb: &str, result: &str) {
+        self.kube_requests.with_label_values(&[verb, result]).inc();
+    }
+
+    /// Prometheus text exposition of everything registered.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metric families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_once_per_registry() {
+        let registry = Registry::new();
+        let m = Metrics::register(&registry, "l").expect("first registration");
+        assert!(
+            Metrics::register(&registry, "l").is_err(),
+            "names are unique"
+        );
+        m.acquire_finished(AcquireResult::NoQuorum, Duration::from_millis(2));
+        m.handover(HandoverReason::StepDown);
+        m.renewal(false);
+        let text = m.render();
+        for line in [
+            "redlock_elector_acquire_attempts_total{lease=\"l\",result=\"no_quorum\"} 1",
+            "redlock_elector_acquire_attempts_total{lease=\"l\",result=\"acquired\"} 0",
+            "redlock_elector_handovers_total{lease=\"l\",reason=\"step_down\"} 1",
+            "redlock_elector_renewals_total{lease=\"l\",result=\"failed\"} 1",
+            "redlock_elector_renewals_total{lease=\"l\",result=\"ok\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
+    }
+}
