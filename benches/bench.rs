@@ -24,7 +24,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redlock_elector::config;
 use redlock_elector::metrics::Metrics;
-use redlock_elector::redlock::{Acquire, Redlock, math, scripts};
+use redlock_elector::redlock::{Acquire, Notice, Redlock, math, scripts};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -923,9 +923,9 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
     for (i, (label, urls)) in scenarios.into_iter().enumerate() {
         let cfg = lib_config(&format!("bench-acq-{i}"), &urls, "1s");
         let redlock = Arc::new(Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock"));
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stop = tokio_util::sync::CancellationToken::new();
         for node in redlock.nodes() {
-            rt.spawn(node.clone().maintain(stop_rx.clone()));
+            rt.spawn(node.clone().maintain(stop.clone()));
         }
         let ready = wait_for(Duration::from_secs(10), || {
             redlock
@@ -953,7 +953,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                     other => panic!("our acquire failed on free nodes: {other:?}"),
                 };
                 let t1 = Instant::now();
-                redlock.release(&lease.value, false).await;
+                redlock.release(&lease.value, Notice::Silent).await;
                 let t2 = Instant::now();
                 // rslock: SET NX round, then release.
                 let lock = rs
@@ -997,11 +997,11 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                     let _ = redlock.renew(&lease).await;
                     s.ren.push(ms(t.elapsed()));
                 }
-                redlock.release(&lease.value, false).await;
+                redlock.release(&lease.value, Notice::Silent).await;
             }
             s
         });
-        let _ = stop_tx.send(true);
+        stop.cancel();
         let (o50, o99, t50, t99) = (
             pct(&s.ours, 0.5),
             pct(&s.ours, 0.99),
@@ -1121,7 +1121,7 @@ fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[
             vec!["--redis-tls-ca-file", ca.as_str()],
         ),
     ];
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
     let locks: Vec<Arc<Redlock>> = setups
         .iter()
         .map(|(name, urls, extra)| {
@@ -1144,7 +1144,7 @@ fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[
             let redlock =
                 Arc::new(Redlock::new(&cfg, Metrics::new(&cfg.lease.name)).expect("redlock"));
             for node in redlock.nodes() {
-                rt.spawn(node.clone().maintain(stop_rx.clone()));
+                rt.spawn(node.clone().maintain(stop.clone()));
             }
             redlock
         })
@@ -1176,7 +1176,7 @@ fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[
                 let renewed = redlock.renew(&lease).await;
                 let t2 = Instant::now();
                 assert!(renewed.is_some(), "renewal over {} failed", setups[k].0);
-                redlock.release(&lease.value, false).await;
+                redlock.release(&lease.value, Notice::Silent).await;
                 if i >= iters / 10 {
                     acq[k].push(ms(t1 - t0));
                     ren[k].push(ms(t2 - t1));
@@ -1184,7 +1184,7 @@ fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[
             }
         }
     });
-    let _ = stop_tx.send(true);
+    stop.cancel();
     let (a_tcp, a_tls) = (pct(&acq[0], 0.5), pct(&acq[1], 0.5));
     let (r_tcp, r_tls) = (pct(&ren[0], 0.5), pct(&ren[1], 0.5));
     let n = format!("{} rounds each, interleaved", acq[0].len());

@@ -522,7 +522,13 @@ impl Elector {
                 let fields = candidates::fields(&rank, ready, pending);
                 let read = self
                     .redlock
-                    .candidates(Some((&self.identity, &fields)), life)
+                    .candidates(
+                        Some(crate::redlock::OwnRecord {
+                            identity: &self.identity,
+                            fields: &fields,
+                        }),
+                        life,
+                    )
                     .await;
                 // Written only if a quorum took it; either way, not ready is the safe answer.
                 let ready = ready && read.is_some();
@@ -701,9 +707,11 @@ impl Elector {
             identity,
             grace: self.preference.grace,
         });
-        self.redlock
-            .release_naming(&lease.value, true, successor)
-            .await;
+        let notice = successor.map_or(
+            crate::redlock::Notice::Followers,
+            crate::redlock::Notice::Successor,
+        );
+        self.redlock.release(&lease.value, notice).await;
         self.apply_candidates((None, false), false, false);
     }
 }

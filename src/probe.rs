@@ -130,8 +130,8 @@ pub async fn run(config: &Config) -> (String, bool) {
 
 async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> {
     let started = Instant::now();
-    let connector =
-        Connector::new(ep, &config.redis).map_err(|e| ConnectError::new(Reason::Tls, e))?;
+    let connector = Connector::new(ep, &config.redis)
+        .map_err(|e| ConnectError::new(Reason::Tls, e.to_string()))?;
     let tls = connector.is_tls();
     let classify_err = |e: redis::RedisError| ConnectError::from_redis(&e, tls);
     let timeout = config.redis.connect_timeout;

@@ -44,6 +44,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         })?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
     let timing = Timing::new(
         config.lease.ttl,
         config.lease.renew_every,
@@ -79,11 +80,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics.clone(),
     );
     for node in redlock.nodes() {
-        tokio::spawn(node.clone().maintain(stop_rx.clone()));
+        tokio::spawn(node.clone().maintain(stop.clone()));
         tokio::spawn(node.clone().subscribe(
             redlock.channel().to_string(),
             handles.notices.clone(),
-            stop_rx.clone(),
+            stop.clone(),
         ));
     }
     tokio::spawn(elector::watchdog(
@@ -156,6 +157,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tracing::info!("shutting down: stepping down and releasing the lease");
     let started = tokio::time::Instant::now();
     let _ = stop_tx.send(true);
+    stop.cancel();
     let grace = config.redis.timeout * 2 + Duration::from_millis(900);
     // The elector's release returns at a quorum of confirmations; the other nodes' releases
     // finish in the background, and the process must not exit before they are written.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use redlock_elector::metrics::Metrics;
-use redlock_elector::redlock::{Acquire, Redlock};
+use redlock_elector::redlock::{Acquire, Notice, Redlock};
 
 /// Per-node timeout: far above a loopback round trip, so "returned before it" cannot be luck.
 const TIMEOUT: Duration = Duration::from_millis(1500);
@@ -58,9 +58,9 @@ fn release_returns_at_quorum_and_the_slow_node_still_releases() {
         .build()
         .expect("runtime");
     let redlock = library(&nodes);
-    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = tokio_util::sync::CancellationToken::new();
     for node in redlock.nodes() {
-        rt.spawn(node.clone().maintain(stop_rx.clone()));
+        rt.spawn(node.clone().maintain(stop.clone()));
     }
     let up = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
         redlock.nodes().iter().all(|n| n.is_up()).then_some(())
@@ -81,7 +81,7 @@ fn release_returns_at_quorum_and_the_slow_node_still_releases() {
 
     nodes[2].stop();
     let started = Instant::now();
-    rt.block_on(redlock.release(&lease.value, true));
+    rt.block_on(redlock.release(&lease.value, Notice::Followers));
     let took = started.elapsed();
     report(
         "release with one of three nodes frozen",

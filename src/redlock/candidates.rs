@@ -43,8 +43,27 @@ pub struct Candidate {
     pub pending: bool,
 }
 
-/// One node's answer: its `TIME` (µs) and the live entries (identity, value).
-pub type NodeRecords = (i64, Vec<(String, String)>);
+/// One node's answer to the candidates script.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeRecords {
+    /// The node's `TIME` (µs) when it answered: records are judged by the node's own clock.
+    pub now_us: i64,
+    /// The live entries: (identity, encoded record), as the hash holds them.
+    pub entries: Vec<(String, String)>,
+}
+
+/// One decoded record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// When it expires, by the node's clock (µs).
+    pub expiry_us: i64,
+    /// Since when the candidate has been ready, by the node's clock (µs); 0 = not ready.
+    pub ready_since_us: i64,
+    /// The candidate's rank.
+    pub rank: Rank,
+    /// A preferred handover is pending (set by a leader).
+    pub pending: bool,
+}
 
 /// Encode the fields a sidecar writes (the script adds expiry and ready-since).
 pub fn fields(rank: &Rank, ready: bool, pending: bool) -> [String; 5] {
@@ -57,9 +76,8 @@ pub fn fields(rank: &Rank, ready: bool, pending: bool) -> [String; 5] {
     ]
 }
 
-/// Parse one record value; `None` if malformed. Returns (expiry_us, ready_since_us, rank,
-/// pending).
-pub fn parse_record(value: &str) -> Option<(i64, i64, Rank, bool)> {
+/// Parse one record value; `None` if malformed.
+pub fn parse_record(value: &str) -> Option<Record> {
     let mut it = value.splitn(6, '|');
     let expiry = it.next()?.parse().ok()?;
     let since = it.next()?.parse().ok()?;
@@ -67,16 +85,16 @@ pub fn parse_record(value: &str) -> Option<(i64, i64, Rank, bool)> {
     let created = it.next()?.parse().ok()?;
     let pending = it.next()? == "1";
     let revision = it.next()?.to_string();
-    Some((
-        expiry,
-        since,
-        Rank {
+    Some(Record {
+        expiry_us: expiry,
+        ready_since_us: since,
+        rank: Rank {
             priority,
             revision,
             created,
         },
         pending,
-    ))
+    })
 }
 
 /// Merge the nodes' answers: candidates held by at least `quorum` nodes, live by each node's
@@ -91,12 +109,19 @@ pub fn merge(answers: &[NodeRecords], quorum: usize) -> Vec<Candidate> {
         pending: bool,
     }
     let mut by_id: BTreeMap<&str, Acc> = BTreeMap::new();
-    for (now, entries) in answers {
-        for (id, value) in entries {
-            let Some((expiry, since, rank, pending)) = parse_record(value) else {
+    for answer in answers {
+        let now = answer.now_us;
+        for (id, value) in &answer.entries {
+            let Some(Record {
+                expiry_us: expiry,
+                ready_since_us: since,
+                rank,
+                pending,
+            }) = parse_record(value)
+            else {
                 continue;
             };
-            if expiry <= *now {
+            if expiry <= now {
                 continue;
             }
             let acc = by_id.entry(id.as_str()).or_insert_with(|| Acc {
@@ -255,11 +280,23 @@ mod tests {
         )
     }
 
+    fn answer(now_us: i64, entries: Vec<(String, String)>) -> NodeRecords {
+        NodeRecords { now_us, entries }
+    }
+
     #[test]
     fn records_round_trip_and_reject_garbage() {
         let r = rank(-2, "abc|d", 1700);
-        let (e, s, back, p) = parse_record(&rec(10, 5, &r)).unwrap();
-        assert_eq!((e, s, back, p), (10, 5, r, false));
+        let back = parse_record(&rec(10, 5, &r)).unwrap();
+        assert_eq!(
+            back,
+            Record {
+                expiry_us: 10,
+                ready_since_us: 5,
+                rank: r,
+                pending: false
+            }
+        );
         assert!(parse_record("1|2|x|0|0|").is_none());
         assert!(parse_record("1|2").is_none());
     }
@@ -267,15 +304,15 @@ mod tests {
     #[test]
     fn merge_needs_a_quorum_and_a_quorum_of_readiness() {
         let r = rank(1, "", 0);
-        let a = (
+        let a = answer(
             1_000_000,
             vec![("a".to_string(), rec(2_000_000, 400_000, &r))],
         );
-        let b = (
+        let b = answer(
             5_000_000,
             vec![("a".to_string(), rec(6_000_000, 4_800_000, &r))],
         );
-        let only_one = (1_000_000, vec![("b".to_string(), rec(2_000_000, 1, &r))]);
+        let only_one = answer(1_000_000, vec![("b".to_string(), rec(2_000_000, 1, &r))]);
         let merged = merge(&[a.clone(), b.clone(), only_one], 2);
         assert_eq!(merged.len(), 1);
         assert_eq!(merged[0].identity, "a");
@@ -283,13 +320,13 @@ mod tests {
         // quorum of 2, so the shorter one counts.
         assert_eq!(merged[0].ready_for, Some(Duration::from_millis(200)));
         // Not ready on one of two: not ready.
-        let c = (1_000_000, vec![("a".to_string(), rec(2_000_000, 0, &r))]);
+        let c = answer(1_000_000, vec![("a".to_string(), rec(2_000_000, 0, &r))]);
         assert_eq!(merge(&[a.clone(), c.clone()], 2)[0].ready_for, None);
         // Ready on two of three (one node missed the refresh): ready, for as long as both agree.
         let m = merge(&[a.clone(), c, b.clone()], 2);
         assert_eq!(m[0].ready_for, Some(Duration::from_millis(200)));
         // Expired by the node's own clock: gone.
-        let expired = (3_000_000, vec![("a".to_string(), rec(2_000_000, 1, &r))]);
+        let expired = answer(3_000_000, vec![("a".to_string(), rec(2_000_000, 1, &r))]);
         assert!(merge(&[a, expired], 2).is_empty());
     }
 
