@@ -78,7 +78,10 @@ impl Redlock {
                 ep.clone(),
                 &config.redis,
                 config.lease.ttl,
-                config.unsafe_switches.quarantine_off,
+                match config.unsafe_switches.quarantine_off {
+                    true => node::Quarantine::Ignored,
+                    false => node::Quarantine::Enforced,
+                },
                 clock::Policy::new(
                     config.lease.ttl,
                     config.lease.drift_factor,

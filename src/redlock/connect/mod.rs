@@ -222,7 +222,8 @@ impl Connector {
         started: Instant,
     ) -> Result<TcpStream, ConnectError> {
         let t = self.connect_timeout;
-        let first = addrs.first().copied();
+        // `resolve` returns at least one address: the one a refusal names.
+        let first = addrs.first().map(ToString::to_string).unwrap_or_default();
         let mut last = None;
         for addr in addrs {
             let left = t.saturating_sub(started.elapsed());
@@ -239,7 +240,6 @@ impl Connector {
             }
         }
         Err(last.unwrap_or_else(|| {
-            let first = first.map_or_else(String::new, |a| a.to_string());
             ConnectError::new(Reason::Refused, format!("cannot connect to {first}"))
         }))
     }

@@ -100,18 +100,27 @@ pub fn classify_at<T: std::ops::Add<Duration, Output = T>>(
     wait.map(|d| Exclusion::Restarted { until: now + d })
 }
 
-/// From when a yes of a node counts: the later of the end of its restart quarantine (ignored with
-/// the test-only `ignore_quarantine`) and `clock_from`, what its clock watch allows
+/// Whether a restart quarantine keeps a node from counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quarantine {
+    /// It does: the default.
+    Enforced,
+    /// It does not: the test-only `--unsafe-disable-quarantine`.
+    Ignored,
+}
+
+/// From when a yes of a node counts: the later of the end of its restart quarantine (unless
+/// [`Quarantine::Ignored`]) and `clock_from`, what its clock watch allows
 /// ([`crate::redlock::clock::Watch::counts_from`]); `None` while unknown (no clock reading yet)
 /// or never (replica, evicting). Pure, on any time type: [`super::Node::counts_from`] and the
 /// model check run it.
 pub fn counts_from_at<T: Ord + Copy>(
     exclusion: Option<&Exclusion<T>>,
-    ignore_quarantine: bool,
+    quarantine: Quarantine,
     clock_from: Option<T>,
 ) -> Option<T> {
     let restarted = match exclusion {
-        _ if ignore_quarantine => None,
+        _ if quarantine == Quarantine::Ignored => None,
         None => None,
         Some(Exclusion::Restarted { until }) => Some(*until),
         Some(_) => return None,
@@ -185,18 +194,17 @@ mod tests {
 
     #[test]
     fn counts_from_is_the_later_of_quarantine_and_clock() {
+        const ON: Quarantine = Quarantine::Enforced;
+        const OFF: Quarantine = Quarantine::Ignored;
         let r = Exclusion::Restarted { until: 50 };
-        assert_eq!(counts_from_at(Some(&r), false, Some(20)), Some(50));
-        assert_eq!(counts_from_at(Some(&r), false, Some(70)), Some(70));
-        assert_eq!(counts_from_at(Some(&r), true, Some(20)), Some(20));
-        assert_eq!(counts_from_at(None, false, Some(20)), Some(20));
-        assert_eq!(counts_from_at(Some(&r), false, None), None);
+        assert_eq!(counts_from_at(Some(&r), ON, Some(20)), Some(50));
+        assert_eq!(counts_from_at(Some(&r), ON, Some(70)), Some(70));
+        assert_eq!(counts_from_at(Some(&r), OFF, Some(20)), Some(20));
+        assert_eq!(counts_from_at(None, ON, Some(20)), Some(20));
+        assert_eq!(counts_from_at(Some(&r), ON, None), None);
+        assert_eq!(counts_from_at(Some(&Exclusion::Replica), ON, Some(1)), None);
         assert_eq!(
-            counts_from_at(Some(&Exclusion::Replica), false, Some(1)),
-            None
-        );
-        assert_eq!(
-            counts_from_at(Some(&Exclusion::Replica), true, Some(1)),
+            counts_from_at(Some(&Exclusion::Replica), OFF, Some(1)),
             Some(1)
         );
     }

@@ -21,7 +21,7 @@ pub mod info;
 mod subscription;
 
 pub use command::CommandError;
-pub use info::{Exclusion, Info, classify, classify_at, counts_from_at, parse_info};
+pub use info::{Exclusion, Info, Quarantine, classify, classify_at, counts_from_at, parse_info};
 
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -72,8 +72,8 @@ pub struct Node {
     connect_timeout: Duration,
     /// Lease ttl, for the quarantine window.
     ttl: Duration,
-    /// Test-only: count the node even while it is quarantined.
-    ignore_quarantine: bool,
+    /// Whether a restart quarantine keeps the node from counting (test-only switch).
+    quarantine: Quarantine,
     /// Clock-jump detection bounds (and its test-only switch).
     clock_policy: clock::Policy,
     /// Shared metrics.
@@ -86,7 +86,7 @@ impl Node {
         endpoint: Endpoint,
         redis: &RedisConfig,
         ttl: Duration,
-        ignore_quarantine: bool,
+        quarantine: Quarantine,
         clock_policy: clock::Policy,
         metrics: Metrics,
     ) -> Result<Arc<Node>, redis::RedisError> {
@@ -124,7 +124,7 @@ impl Node {
             timeout: redis.timeout,
             connect_timeout: redis.connect_timeout,
             ttl,
-            ignore_quarantine,
+            quarantine,
             clock_policy,
             metrics,
         }))
@@ -147,7 +147,7 @@ impl Node {
         let h = lock(&self.health);
         counts_from_at(
             h.exclusion.as_ref(),
-            self.ignore_quarantine,
+            self.quarantine,
             h.clock.counts_from(&self.clock_policy).map(instant_of),
         )
     }
