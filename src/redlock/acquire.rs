@@ -19,8 +19,11 @@ use super::scripts::scripts;
 
 /// One node's answer to the acquire script.
 enum Vote {
-    /// Granted; the node's epoch before it stored the proposal.
-    Yes { epoch: u64 },
+    /// Granted.
+    Yes {
+        /// The node's epoch before it stored the proposal.
+        epoch: u64,
+    },
     /// Denied, naming the holder.
     No(Denial),
     /// No answer, or one of the wrong shape: the outcome on that node is unknown.
