@@ -24,7 +24,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redlock_elector::config;
 use redlock_elector::metrics::Metrics;
-use redlock_elector::redlock::{Acquire, Redlock, math, scripts};
+use redlock_elector::redlock::{Acquire, Notice, Redlock, math, scripts};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -959,7 +959,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                     other => panic!("our acquire failed on free nodes: {other:?}"),
                 };
                 let t1 = Instant::now();
-                redlock.release(&lease.value, false).await;
+                redlock.release(&lease.value, Notice::Silent).await;
                 let t2 = Instant::now();
                 // rslock: SET NX round, then release.
                 let lock = rs
@@ -1003,7 +1003,7 @@ fn bench_acquire(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes
                     let _ = redlock.renew(&lease).await;
                     s.ren.push(ms(t.elapsed()));
                 }
-                redlock.release(&lease.value, false).await;
+                redlock.release(&lease.value, Notice::Silent).await;
             }
             s
         });
@@ -1188,7 +1188,7 @@ fn bench_tls(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, plain: &[
                 let renewed = redlock.renew(&lease).await;
                 let t2 = Instant::now();
                 assert!(renewed.is_some(), "renewal over {} failed", setups[k].0);
-                redlock.release(&lease.value, false).await;
+                redlock.release(&lease.value, Notice::Silent).await;
                 if i >= iters / 10 {
                     acq[k].push(ms(t1 - t0));
                     ren[k].push(ms(t2 - t1));

@@ -147,8 +147,8 @@ const PROBE_TIMEOUTS: u32 = 8;
 
 async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> {
     let started = Instant::now();
-    let connector =
-        Connector::new(ep, &config.redis).map_err(|e| ConnectError::new(Reason::Tls, e))?;
+    let connector = Connector::new(ep, &config.redis)
+        .map_err(|e| ConnectError::new(Reason::Tls, e.to_string()))?;
     let timeout = config.redis.connect_timeout;
     let bound = timeout * PROBE_TIMEOUTS;
     match tokio::time::timeout(bound, probe_steps(config, &connector)).await {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use redlock_elector::metrics::Metrics;
-use redlock_elector::redlock::{Acquire, Redlock};
+use redlock_elector::redlock::{Acquire, Notice, Redlock};
 
 /// Per-node timeout: far above a loopback round trip, so "returned before it" cannot be luck.
 const TIMEOUT: Duration = Duration::from_millis(1500);
@@ -83,7 +83,7 @@ fn release_returns_at_quorum_and_the_slow_node_still_releases() {
 
     nodes[2].stop();
     let started = Instant::now();
-    rt.block_on(redlock.release(&lease.value, true));
+    rt.block_on(redlock.release(&lease.value, Notice::Followers));
     let took = started.elapsed();
     report(
         "release with one of three nodes frozen",

@@ -5,6 +5,7 @@ use tokio::time::Instant;
 
 use super::Elector;
 use crate::leadership::CandidacyView;
+use crate::redlock::OwnRecord;
 use crate::redlock::candidates::{self, Candidate, Rank};
 
 /// A leader's record lives for this many renewal periods, a follower's for this many retry
@@ -75,7 +76,13 @@ impl Elector {
                 let fields = candidates::fields(&rank, ready, pending);
                 let candidates = self
                     .redlock
-                    .candidates(Some((&self.identity, &fields)), life)
+                    .candidates(
+                        Some(OwnRecord {
+                            identity: &self.identity,
+                            fields: &fields,
+                        }),
+                        life,
+                    )
                     .await;
                 // Written only if a quorum took it; either way, not ready is the safe answer.
                 let ready = ready && candidates.is_some();

@@ -11,7 +11,7 @@ use super::candidacy::{CandidateRead, Seat};
 use super::{Elector, StepDown, StepDownReason};
 use crate::leadership::Term;
 use crate::redlock::candidates::{self, Handover};
-use crate::redlock::{Lease, Successor};
+use crate::redlock::{Lease, Notice, Successor};
 
 /// After a failed renewal, retry at a quarter of the renewal period, but not more often than
 /// this.
@@ -198,7 +198,10 @@ impl Elector {
             grace: self.preference.grace,
         });
         self.redlock
-            .release_naming(&lease.value, true, successor)
+            .release(
+                &lease.value,
+                successor.map_or(Notice::Followers, Notice::Successor),
+            )
             .await;
         self.apply_candidates(CandidateRead::none(false), Seat::Following);
     }

@@ -26,62 +26,62 @@ pub use self::labels::{AcquireResult, HandoverReason, LeadershipGauges};
 #[derive(Clone)]
 pub struct Metrics {
     /// Where everything is registered; rendered by `/metrics`.
-    pub registry: Registry,
+    registry: Registry,
     /// 1 while leader, evaluated at scrape time against the deadline.
-    pub is_leader: IntGauge,
+    is_leader: IntGauge,
     /// Times this sidecar became leader.
-    pub leader_transitions: IntCounter,
+    leader_transitions: IntCounter,
     /// Acquire attempts by result: acquired | contended | no_quorum | error.
-    pub acquire_attempts: IntCounterVec,
+    acquire_attempts: IntCounterVec,
     /// Renewal rounds by result: ok | failed.
-    pub renewals: IntCounterVec,
+    renewals: IntCounterVec,
     /// Seconds of validity left, evaluated at scrape time.
-    pub lease_valid_seconds: Gauge,
+    lease_valid_seconds: Gauge,
     /// Fencing token of the current term; 0 when not leader.
-    pub fencing_token: IntGauge,
+    fencing_token: IntGauge,
     /// Duration of acquire attempts (all results).
-    pub acquire_duration: Histogram,
+    acquire_duration: Histogram,
     /// Failover gap seen by a new leader: from when the lease was last known held by someone
     /// else (the expiry its last `contended` reply predicted, or the release notice) — or from
     /// the first attempt, when it saw no holder — to this acquisition.
-    pub acquire_wait: Histogram,
+    acquire_wait: Histogram,
     /// 1 while this sidecar knows a current holder (itself, or the holder it last observed).
-    pub leader_known: IntGauge,
+    leader_known: IntGauge,
     /// Votes needed for a quorum (⌊N/2⌋+1); compared with `redis_endpoints_usable`.
-    pub quorum: IntGauge,
+    quorum: IntGauge,
     /// Endpoints that are connected and not quarantined, evaluated at scrape time.
-    pub redis_endpoints_usable: IntGauge,
+    redis_endpoints_usable: IntGauge,
     /// `{lease, identity}` = 1: joins identity and lease onto per-endpoint series. Set by the
     /// ops server, which knows the identity.
-    pub lease_info: IntGaugeVec,
+    lease_info: IntGaugeVec,
     /// 1 while a verified connection to the endpoint is up.
-    pub redis_up: IntGaugeVec,
+    redis_up: IntGaugeVec,
     /// 1 while the endpoint does not count toward a quorum (restart, clock jump, replica,
     /// evicting policy).
-    pub redis_quarantined: IntGaugeVec,
+    redis_quarantined: IntGaugeVec,
     /// 1 while this sidecar counts the endpoint's vote: connected, not quarantined, and its clock
     /// watched long enough (evaluated at scrape time).
-    pub redis_eligible: IntGaugeVec,
+    redis_eligible: IntGaugeVec,
     /// Wall-clock jumps detected on the endpoint, by direction: forward | backward.
-    pub redis_clock_jumps: IntCounterVec,
+    redis_clock_jumps: IntCounterVec,
     /// Per-endpoint command latency.
-    pub redis_command_duration: HistogramVec,
+    redis_command_duration: HistogramVec,
     /// Per-endpoint command failures by kind: timeout | error | not_connected.
-    pub redis_command_errors: IntCounterVec,
+    redis_command_errors: IntCounterVec,
     /// Failed connection attempts (connect, TLS, AUTH, handshake, subscription) per endpoint by
     /// reason: tls | auth | noperm | refused | timeout | dns | other.
-    pub redis_connect_errors: IntCounterVec,
+    redis_connect_errors: IntCounterVec,
     /// 1 while the election loop is stalled (timer slipped beyond the margin).
-    pub stalled: IntGauge,
+    stalled: IntGauge,
     /// Times the election loop's timer slipped beyond the margin.
-    pub stalls: IntCounter,
+    stalls: IntCounter,
     /// Kubernetes API requests of the `kube` publisher by verb (get | list | patch | create)
     /// and result (ok | conflict | forbidden | not_found | server_error | client_error |
     /// timeout | transport | cancelled).
-    pub kube_requests: IntCounterVec,
+    kube_requests: IntCounterVec,
     /// Graceful handovers this sidecar made as leader (its release named a successor), by
     /// reason: shutdown | step_down | preferred.
-    pub handovers: IntCounterVec,
+    handovers: IntCounterVec,
 }
 
 impl Metrics {
@@ -193,6 +193,18 @@ impl Metrics {
     pub fn set_quorum(&self, needed: usize, usable: usize) {
         self.quorum.set(needed as i64);
         self.redis_endpoints_usable.set(usable as i64);
+    }
+
+    /// A configured endpoint: its series start at 0 (down, not quarantined, not eligible, no
+    /// clock jump in any of `directions`), so dashboards see every endpoint from the start.
+    pub fn new_endpoint(&self, endpoint: &str, directions: &[&str]) {
+        self.set_redis_up(endpoint, false);
+        self.set_redis_quarantined(endpoint, false);
+        self.set_redis_eligible(endpoint, false);
+        for direction in directions {
+            self.redis_clock_jumps
+                .with_label_values(&[endpoint, direction]);
+        }
     }
 
     /// Whether a verified connection to `endpoint` is up.

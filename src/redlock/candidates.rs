@@ -43,8 +43,27 @@ pub struct Candidate {
     pub pending: bool,
 }
 
-/// One node's answer: its `TIME` (µs) and the live entries (identity, value).
-pub type NodeRecords = (i64, Vec<(String, String)>);
+/// One node's answer to the candidates script.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeRecords {
+    /// The node's `TIME` (µs) when it answered: records are judged by the node's own clock.
+    pub now_us: i64,
+    /// The live entries: (identity, encoded record), as the hash holds them.
+    pub entries: Vec<(String, String)>,
+}
+
+/// One decoded record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// When it expires, by the node's clock (µs).
+    pub expiry_us: i64,
+    /// Since when the candidate has been ready, by the node's clock (µs); 0 = not ready.
+    pub ready_since_us: i64,
+    /// The candidate's rank.
+    pub rank: Rank,
+    /// A preferred handover is pending (set by a leader).
+    pub pending: bool,
+}
 
 /// Encode the fields a sidecar writes (the script adds expiry and ready-since).
 pub fn fields(rank: &Rank, ready: bool, pending: bool) -> [String; 5] {
@@ -57,9 +76,8 @@ pub fn fields(rank: &Rank, ready: bool, pending: bool) -> [String; 5] {
     ]
 }
 
-/// Parse one record value; `None` if malformed. Returns (expiry_us, ready_since_us, rank,
-/// pending).
-pub fn parse_record(value: &str) -> Option<(i64, i64, Rank, bool)> {
+/// Parse one record value; `None` if malformed.
+pub fn parse_record(value: &str) -> Option<Record> {
     let mut it = value.splitn(6, '|');
     let expiry = it.next()?.parse().ok()?;
     let since = it.next()?.parse().ok()?;
@@ -67,16 +85,16 @@ pub fn parse_record(value: &str) -> Option<(i64, i64, Rank, bool)> {
     let created = it.next()?.parse().ok()?;
     let pending = it.next()? == "1";
     let revision = it.next()?.to_string();
-    Some((
-        expiry,
-        since,
-        Rank {
+    Some(Record {
+        expiry_us: expiry,
+        ready_since_us: since,
+        rank: Rank {
             priority,
             revision,
             created,
         },
         pending,
-    ))
+    })
 }
 
 /// Merge the nodes' answers: candidates held by at least `quorum` nodes, live by each node's
@@ -91,12 +109,19 @@ pub fn merge(answers: &[NodeRecords], quorum: usize) -> Vec<Candidate> {
         pending: bool,
     }
     let mut by_id: BTreeMap<&str, Acc> = BTreeMap::new();
-    for (now, entries) in answers {
-        for (id, value) in entries {
-            let Some((expiry, since, rank, pending)) = parse_record(value) else {
+    for answer in answers {
+        let now = answer.now_us;
+        for (id, value) in &answer.entries {
+            let Some(Record {
+                expiry_us: expiry,
+                ready_since_us: since,
+                rank,
+                pending,
+            }) = parse_record(value)
+            else {
                 continue;
             };
-            if expiry <= *now {
+            if expiry <= now {
                 continue;
             }
             let acc = by_id.entry(id.as_str()).or_insert_with(|| Acc {
@@ -228,162 +253,4 @@ pub fn notice_successor(payload: &str) -> Option<&str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rank(priority: i64, revision: &str, created: i64) -> Rank {
-        Rank {
-            priority,
-            revision: revision.into(),
-            created,
-        }
-    }
-
-    fn cand(id: &str, r: Rank, ready_ms: Option<u64>) -> Candidate {
-        Candidate {
-            identity: id.into(),
-            rank: r,
-            ready_for: ready_ms.map(Duration::from_millis),
-            pending: false,
-        }
-    }
-
-    fn rec(expiry: i64, since: i64, r: &Rank) -> String {
-        format!(
-            "{expiry}|{since}|{}|{}|0|{}",
-            r.priority, r.created, r.revision
-        )
-    }
-
-    #[test]
-    fn records_round_trip_and_reject_garbage() {
-        let r = rank(-2, "abc|d", 1700);
-        let (e, s, back, p) = parse_record(&rec(10, 5, &r)).unwrap();
-        assert_eq!((e, s, back, p), (10, 5, r, false));
-        assert!(parse_record("1|2|x|0|0|").is_none());
-        assert!(parse_record("1|2").is_none());
-    }
-
-    #[test]
-    fn merge_needs_a_quorum_and_a_quorum_of_readiness() {
-        let r = rank(1, "", 0);
-        let a = (
-            1_000_000,
-            vec![("a".to_string(), rec(2_000_000, 400_000, &r))],
-        );
-        let b = (
-            5_000_000,
-            vec![("a".to_string(), rec(6_000_000, 4_800_000, &r))],
-        );
-        let only_one = (1_000_000, vec![("b".to_string(), rec(2_000_000, 1, &r))]);
-        let merged = merge(&[a.clone(), b.clone(), only_one], 2);
-        assert_eq!(merged.len(), 1);
-        assert_eq!(merged[0].identity, "a");
-        // Node a: ready 600 ms; node b: 200 ms (each by its own clock). Both are needed for a
-        // quorum of 2, so the shorter one counts.
-        assert_eq!(merged[0].ready_for, Some(Duration::from_millis(200)));
-        // Not ready on one of two: not ready.
-        let c = (1_000_000, vec![("a".to_string(), rec(2_000_000, 0, &r))]);
-        assert_eq!(merge(&[a.clone(), c.clone()], 2)[0].ready_for, None);
-        // Ready on two of three (one node missed the refresh): ready, for as long as both agree.
-        let m = merge(&[a.clone(), c, b.clone()], 2);
-        assert_eq!(m[0].ready_for, Some(Duration::from_millis(200)));
-        // Expired by the node's own clock: gone.
-        let expired = (3_000_000, vec![("a".to_string(), rec(2_000_000, 1, &r))]);
-        assert!(merge(&[a, expired], 2).is_empty());
-    }
-
-    #[test]
-    fn preference_orders_priority_then_revision() {
-        let old = rank(0, "r1", 100);
-        let new = rank(0, "r2", 200);
-        let same_rev_later = rank(0, "r1", 300);
-        assert!(better(&new, &old, Prefer::Newest));
-        assert!(!better(&old, &new, Prefer::Newest));
-        assert!(better(&old, &new, Prefer::Oldest));
-        assert!(!better(&same_rev_later, &old, Prefer::Newest));
-        assert!(!better(&new, &old, Prefer::None));
-        // Priority first, under either preference.
-        assert!(better(&rank(1, "r1", 0), &new, Prefer::Oldest));
-        assert!(better(&rank(2, "", 0), &rank(1, "", 0), Prefer::Newest));
-        assert!(!better(&rank(1, "", 0), &rank(1, "", 0), Prefer::Newest));
-    }
-
-    #[test]
-    fn successor_is_the_best_ready_other_candidate() {
-        let cs = vec![
-            cand("me", rank(5, "", 0), Some(10)),
-            cand("low", rank(1, "", 0), Some(10)),
-            cand("high-not-ready", rank(9, "", 0), None),
-            cand("high", rank(3, "", 0), Some(0)),
-        ];
-        let pick = |_| 0;
-        assert_eq!(
-            successor(&cs, "me", Prefer::Newest, pick).unwrap().identity,
-            "high"
-        );
-        let s = successor(&cs, "me", Prefer::None, |n| n - 1).unwrap();
-        assert!(s.ready_for.is_some() && s.identity != "me");
-        assert!(successor(&cs[..1], "me", Prefer::Newest, pick).is_none());
-        let revs = vec![
-            cand("a", rank(0, "r1", 100), Some(1)),
-            cand("b", rank(0, "r2", 200), Some(1)),
-        ];
-        assert_eq!(
-            successor(&revs, "x", Prefer::Newest, pick)
-                .unwrap()
-                .identity,
-            "b"
-        );
-        assert_eq!(
-            successor(&revs, "x", Prefer::Oldest, pick)
-                .unwrap()
-                .identity,
-            "a"
-        );
-    }
-
-    #[test]
-    fn handover_waits_for_the_settle_time() {
-        let mine = rank(1, "", 0);
-        let settle = Duration::from_secs(2);
-        let cs = |ready| vec![cand("n", rank(2, "", 0), ready)];
-        assert_eq!(
-            handover(&cs(None), "me", &mine, Prefer::Newest, settle),
-            Handover::None
-        );
-        assert_eq!(
-            handover(&cs(Some(1999)), "me", &mine, Prefer::Newest, settle),
-            Handover::Pending("n".into())
-        );
-        assert_eq!(
-            handover(&cs(Some(2000)), "me", &mine, Prefer::Newest, settle),
-            Handover::To("n".into())
-        );
-        assert_eq!(
-            handover(&cs(Some(5000)), "me", &mine, Prefer::None, settle),
-            Handover::None
-        );
-        // Under `oldest` the newer one is not better.
-        assert_eq!(
-            handover(
-                &cs(Some(5000)),
-                "me",
-                &rank(2, "", 0),
-                Prefer::Oldest,
-                settle
-            ),
-            Handover::None
-        );
-    }
-
-    #[test]
-    fn notices_name_the_successor() {
-        assert_eq!(
-            notice_successor(&notice_payload("a#1", Some("b"))),
-            Some("b")
-        );
-        assert_eq!(notice_successor(&notice_payload("a#1", None)), None);
-        assert_eq!(notice_successor("a#1"), None);
-    }
-}
+mod tests;

@@ -94,7 +94,7 @@ impl Policy {
 /// without a jump: the local elapsed time between the two moments the node read its clock lies
 /// in `[next.sent − prev.received, next.received − prev.sent]`, stretched by the rate drift,
 /// plus the slack.
-pub fn allowance(prev: &Reading, next: &Reading, p: &Policy) -> (i64, i64) {
+pub fn allowance(prev: &Reading, next: &Reading, p: &Policy) -> std::ops::RangeInclusive<i64> {
     let min_elapsed = next.sent_us - prev.received_us;
     let max_elapsed = next.received_us - prev.sent_us;
     let slow = |e: i64| {
@@ -113,21 +113,20 @@ pub fn allowance(prev: &Reading, next: &Reading, p: &Policy) -> (i64, i64) {
                 1.0 - p.drift_factor
             }
     };
-    (
-        slow(min_elapsed).floor() as i64 - p.slack_us,
-        fast(max_elapsed).ceil() as i64 + p.slack_us,
-    )
+    let lo = slow(min_elapsed).floor() as i64 - p.slack_us;
+    let hi = fast(max_elapsed).ceil() as i64 + p.slack_us;
+    lo..=hi
 }
 
 /// Compare two readings of one server's clock: `Some(jump)` when the node's clock moved outside
 /// the [`allowance`].
 pub fn check(prev: &Reading, next: &Reading, p: &Policy) -> Option<Jump> {
     let moved = next.node_us - prev.node_us;
-    let (lo, hi) = allowance(prev, next, p);
+    let allowed = allowance(prev, next, p);
     let mid = (next.sent_us + next.received_us - prev.sent_us - prev.received_us) / 2;
-    let direction = if moved > hi {
+    let direction = if moved > *allowed.end() {
         Direction::Forward
-    } else if moved < lo {
+    } else if moved < *allowed.start() {
         Direction::Backward
     } else {
         return None;

@@ -61,7 +61,7 @@ impl Rate {
 /// The defences, each of which a counterexample test switches off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Defences {
-    /// Restart quarantine (uptime / run_id), `Node::counts_from` with `ignore_quarantine`.
+    /// Restart quarantine (uptime / run_id), `Node::counts_from` with `Quarantine::Ignored` when off.
     pub quarantine: bool,
     /// Clock-jump detection and observe-before-counting: `Policy.enabled`.
     pub clock_check: bool,
@@ -415,7 +415,10 @@ impl System {
     fn counts(&self, l: &Link, now_us: i64) -> bool {
         node::counts_from_at(
             l.exclusion.as_ref(),
-            !self.defences.quarantine,
+            match self.defences.quarantine {
+                true => node::Quarantine::Enforced,
+                false => node::Quarantine::Ignored,
+            },
             l.watch.counts_from(&self.policy()).map(Us),
         )
         .is_some_and(|from| Us(now_us) >= from)

@@ -178,6 +178,8 @@ impl fmt::Display for ConnectError {
     }
 }
 
+impl std::error::Error for ConnectError {}
+
 fn closed_during_handshake(text: String, tls: bool) -> ConnectError {
     if tls {
         // The server ended the TLS session: most often it refused our client certificate

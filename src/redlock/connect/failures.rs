@@ -97,9 +97,7 @@ impl FailureLog {
     /// Count a failure and warn if the limiter says so.
     pub fn failed(&self, e: &ConnectError) {
         self.metrics
-            .redis_connect_errors
-            .with_label_values(&[self.endpoint.as_str(), e.reason.label()])
-            .inc();
+            .connect_failed(self.endpoint.as_str(), e.reason.label());
         let verdict = self
             .limiter
             .lock()

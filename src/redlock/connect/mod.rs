@@ -21,8 +21,10 @@ mod tls;
 
 pub use error::{ConnectError, Reason, denied_by_acl};
 pub use failures::{FailureLog, Verdict, WARN_EVERY, WarnLimiter};
+pub use tls::TlsError;
 use tls::tls_settings;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,9 +50,18 @@ enum Password {
     File {
         /// The file.
         path: PathBuf,
-        /// The value used last, and the last read error (logged once per distinct error).
-        last: Mutex<(Option<Secret>, Option<String>)>,
+        /// The value used last, and the last read error.
+        last: Mutex<LastRead>,
     },
+}
+
+/// What the last reads of `redis.passwordFile` gave.
+#[derive(Default)]
+struct LastRead {
+    /// The value read last: used while the file cannot be read.
+    password: Option<Secret>,
+    /// The last read error's text, so each distinct error is logged once, not at every connect.
+    error: Option<String>,
 }
 
 /// TLS settings of one endpoint, built once from the config's files.
@@ -81,7 +92,7 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 impl Connector {
     /// Build from config: reads the TLS files (CA, client certificate and key) once.
-    pub fn new(endpoint: &Endpoint, redis: &RedisConfig) -> Result<Connector, String> {
+    pub fn new(endpoint: &Endpoint, redis: &RedisConfig) -> Result<Connector, TlsError> {
         let tls = if endpoint.tls {
             Some(tls_settings(endpoint, redis)?)
         } else {
@@ -91,7 +102,10 @@ impl Connector {
             (Some(p), _, _) => Password::Fixed(p.clone()),
             (None, Some(path), initial) => Password::File {
                 path: path.clone(),
-                last: Mutex::new((initial.clone(), None)),
+                last: Mutex::new(LastRead {
+                    password: initial.clone(),
+                    error: None,
+                }),
             },
             (None, None, Some(p)) => Password::Fixed(p.clone()),
             (None, None, None) => Password::None,
@@ -150,8 +164,29 @@ impl Connector {
         }
     }
 
-    /// Resolve, connect TCP, and (for `rediss://`) complete the TLS handshake.
+    /// Resolve, connect TCP, and (for `rediss://`) complete the TLS handshake, all within the
+    /// connect timeout.
     async fn stream(&self) -> Result<Box<dyn Io>, ConnectError> {
+        let started = Instant::now();
+        let addrs = self.resolve().await?;
+        let tcp = self.tcp(addrs, started).await?;
+        // TCP_NODELAY: with Nagle on, a command written while an earlier one on the same
+        // connection is unacknowledged waits for that reply: one extra round trip. Keepalive
+        // finds a dead peer on a connection that only listens (pub/sub).
+        let _ = tcp.set_nodelay(true);
+        let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(
+            &socket2::TcpKeepalive::new()
+                .with_time(Duration::from_secs(10))
+                .with_interval(Duration::from_secs(5)),
+        );
+        match &self.tls {
+            None => Ok(Box::new(tcp)),
+            Some(tls) => self.tls_handshake(tls, tcp, started).await,
+        }
+    }
+
+    /// The endpoint's addresses; at least one.
+    async fn resolve(&self) -> Result<Vec<SocketAddr>, ConnectError> {
         let t = self.connect_timeout;
         let (host, port) = (self.endpoint.host.as_str(), self.endpoint.port);
         let addrs: Vec<_> =
@@ -170,15 +205,26 @@ impl Connector {
                 }
                 Ok(Ok(a)) => a.collect(),
             };
-        let Some(first) = addrs.first().copied() else {
+        if addrs.is_empty() {
             return Err(ConnectError::new(
                 Reason::Dns,
                 format!("{host} resolves to no address"),
             ));
-        };
-        let started = Instant::now();
+        }
+        Ok(addrs)
+    }
+
+    /// A TCP connection to the first address that accepts, within what is left of the connect
+    /// timeout since `started`.
+    async fn tcp(
+        &self,
+        addrs: Vec<SocketAddr>,
+        started: Instant,
+    ) -> Result<TcpStream, ConnectError> {
+        let t = self.connect_timeout;
+        // `resolve` returns at least one address: the one a refusal names.
+        let first = addrs.first().map(ToString::to_string).unwrap_or_default();
         let mut last = None;
-        let mut tcp = None;
         for addr in addrs {
             let left = t.saturating_sub(started.elapsed());
             match tokio::time::timeout(left, TcpStream::connect(addr)).await {
@@ -190,29 +236,22 @@ impl Connector {
                     break;
                 }
                 Ok(Err(e)) => last = Some(ConnectError::from_io(&e, false)),
-                Ok(Ok(s)) => {
-                    tcp = Some(s);
-                    break;
-                }
+                Ok(Ok(s)) => return Ok(s),
             }
         }
-        let Some(tcp) = tcp else {
-            return Err(last.unwrap_or_else(|| {
-                ConnectError::new(Reason::Refused, format!("cannot connect to {first}"))
-            }));
-        };
-        // TCP_NODELAY: with Nagle on, a command written while an earlier one on the same
-        // connection is unacknowledged waits for that reply: one extra round trip. Keepalive
-        // finds a dead peer on a connection that only listens (pub/sub).
-        let _ = tcp.set_nodelay(true);
-        let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(
-            &socket2::TcpKeepalive::new()
-                .with_time(Duration::from_secs(10))
-                .with_interval(Duration::from_secs(5)),
-        );
-        let Some(tls) = &self.tls else {
-            return Ok(Box::new(tcp));
-        };
+        Err(last.unwrap_or_else(|| {
+            ConnectError::new(Reason::Refused, format!("cannot connect to {first}"))
+        }))
+    }
+
+    /// The TLS handshake over `tcp`, within what is left of the connect timeout since `started`.
+    async fn tls_handshake(
+        &self,
+        tls: &Tls,
+        tcp: TcpStream,
+        started: Instant,
+    ) -> Result<Box<dyn Io>, ConnectError> {
+        let t = self.connect_timeout;
         let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
         let left = t.saturating_sub(started.elapsed());
         match tokio::time::timeout(left, connector.connect(tls.server_name.clone(), tcp)).await {
@@ -258,28 +297,31 @@ impl Connector {
                 let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
                 match read_password_file(&ProcessEnv, path) {
                     Ok(p) => {
-                        if last.0.as_ref().is_some_and(|old| *old != p) {
+                        if last.password.as_ref().is_some_and(|old| *old != p) {
                             tracing::info!(
                                 endpoint = %self.endpoint.name,
                                 file = %path.display(),
                                 "redis.passwordFile changed; connecting with the new password"
                             );
                         }
-                        *last = (Some(p), None);
+                        *last = LastRead {
+                            password: Some(p),
+                            error: None,
+                        };
                     }
                     Err(e) => {
                         let msg = e.to_string();
-                        if last.1.as_deref() != Some(msg.as_str()) {
+                        if last.error.as_deref() != Some(msg.as_str()) {
                             tracing::warn!(
                                 endpoint = %self.endpoint.name,
                                 error = %msg,
                                 "cannot read the password file; using the password read last"
                             );
                         }
-                        last.1 = Some(msg);
+                        last.error = Some(msg);
                     }
                 }
-                last.0.clone()
+                last.password.clone()
             }
         }
     }

@@ -1,0 +1,296 @@
+//! The acquire round: `SET NX` with a proposed fencing token on every node, decided at the
+//! quorum-th counting yes; a failed attempt cleans up everywhere and reports who holds the key.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use redis::Value;
+use tokio::time::Instant;
+
+use super::Redlock;
+use super::lease::{Acquire, Lease, Observed, identity_of, new_value};
+use super::math::{self, Tally};
+use super::node::CommandError;
+use super::release::Notice;
+use super::scripts::scripts;
+
+/// One node's answer to the acquire script.
+enum Vote {
+    /// Granted.
+    Yes {
+        /// The node's epoch before it stored the proposal.
+        epoch: u64,
+    },
+    /// Denied, naming the holder.
+    No(Denial),
+    /// No answer, or one of the wrong shape: the outcome on that node is unknown.
+    Unknown,
+}
+
+/// A node's denial: who holds the key there, for how long, and the node's epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Denial {
+    /// The holder's lock value (empty: the key is free but reserved, or a probe found it free).
+    holder: String,
+    /// The key's (or reservation's) remaining lifetime, if it has one.
+    pttl: Option<Duration>,
+    /// The node's fencing epoch.
+    epoch: u64,
+}
+
+/// What the replies of one acquire round say, beyond the tally: how many nodes answered, the
+/// highest epoch they reported, and who holds the key where we were denied.
+#[derive(Default)]
+struct Replies {
+    /// Nodes that answered (granted or denied).
+    answered: usize,
+    /// Highest epoch reported by any answer (0 if none).
+    max_epoch: u64,
+    /// Every denial.
+    denials: Vec<Denial>,
+}
+
+impl Replies {
+    /// Record a reply; true iff the node granted.
+    fn record(&mut self, vote: Vote) -> bool {
+        match vote {
+            Vote::Yes { epoch } => {
+                self.answered += 1;
+                self.max_epoch = self.max_epoch.max(epoch);
+                true
+            }
+            Vote::No(denial) => {
+                self.answered += 1;
+                self.max_epoch = self.max_epoch.max(denial.epoch);
+                self.denials.push(denial);
+                false
+            }
+            Vote::Unknown => false,
+        }
+    }
+}
+
+/// What the denials of a failed attempt show.
+#[derive(Debug, PartialEq, Eq)]
+struct Holders {
+    /// The most common holder and when a quorum will be free.
+    observed: Observed,
+    /// How many denials name that holder: a quorum of them means someone else holds the lease.
+    most: usize,
+}
+
+impl Redlock {
+    /// Try to acquire the lease once.
+    pub async fn acquire(&self, identity: &str) -> Acquire {
+        let started = Instant::now();
+        let outcome = self.acquire_inner(identity).await;
+        self.metrics
+            .acquire_finished(outcome.result(), started.elapsed());
+        outcome
+    }
+
+    async fn acquire_inner(&self, identity: &str) -> Acquire {
+        let value = new_value(identity);
+        let ttl_ms = self.ttl.as_millis().to_string();
+        // Optimistic fencing token: one above every epoch this process has seen. Each granting
+        // node stores it (set-if-greater) together with the key.
+        let proposed = self.epoch_seen.load(Ordering::SeqCst) + 1;
+        let proposed_arg = proposed.to_string();
+        let acquire = &scripts().acquire;
+        let t1 = Instant::now();
+        // A node that cannot count (quarantined) gets no proposal to store: its vote is not
+        // needed for the token, and failed attempts during a quarantine would otherwise raise
+        // the epoch once per retry. Its yes is then never counted, even if the quarantine ends
+        // before it answers. When fewer than a quorum can count, the attempt cannot win, so no
+        // node gets a proposal: nodes leaving quarantine one by one must not inflate the epoch.
+        // Nor does it take any key (a probe): it would only split the vote of contenders that
+        // can win.
+        let eligible: Vec<bool> = self.nodes.iter().map(|n| n.counts(t1)).collect();
+        let can_win = eligible.iter().filter(|&&e| e).count() >= self.quorum();
+        let mode = if can_win { "take" } else { "probe" };
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .zip(eligible)
+            .map(|(n, eligible)| {
+                let proposed = if eligible && can_win {
+                    proposed_arg.as_str()
+                } else {
+                    "0"
+                };
+                let (value, ttl_ms) = (&value, ttl_ms.as_str());
+                async move {
+                    let keys =
+                        [&self.key, &self.epoch_key, &self.reservation_key].map(String::as_str);
+                    let args = [value.as_str(), ttl_ms, proposed, mode, identity];
+                    let r = n.eval(acquire, &keys, &args).await;
+                    (n, eligible, parse_acquire(r))
+                }
+            })
+            .collect();
+        let mut tally = Tally::new(self.nodes.len());
+        let mut replies = Replies::default();
+        while let Some((node, eligible, vote)) = pending.next().await {
+            if replies.record(vote) && eligible && node.counts(Instant::now()) {
+                tally.yes += 1;
+            } else {
+                tally.not_yes += 1;
+            }
+            if tally.decided().is_some() {
+                break;
+            }
+        }
+        let valid = math::validity(self.ttl, t1.elapsed(), self.drift);
+        if tally.decided() == Some(true) && valid.is_some() {
+            // Stragglers' commands were sent; their replies no longer matter.
+            drop(pending);
+            return self.won(value, replies.max_epoch, proposed, t1).await;
+        }
+        // Failed. Collect the stragglers' replies first (each bounded by the timeout): the
+        // decision was made early, but telling "someone else holds a quorum" from "no quorum
+        // anywhere" needs them. Only then clean up everywhere: a straggler's command may not
+        // even have been sent yet (a future is sent when first polled, and the decision can
+        // come before every future was), and a release that overtook its acquire on the
+        // connection would leave this attempt's key on that node for a whole ttl.
+        let stragglers: Vec<Vote> = pending.map(|(_, _, vote)| vote).collect().await;
+        self.release(&value, Notice::Silent).await;
+        self.lost(replies, stragglers, tally.quorum)
+    }
+
+    /// A quorum granted in time: fix the term's token and make sure a quorum holds it.
+    async fn won(&self, value: String, max_epoch: u64, proposed: u64, t1: Instant) -> Acquire {
+        let token = math::next_token(max_epoch, self.epoch_seen.load(Ordering::SeqCst));
+        self.epoch_seen.fetch_max(token, Ordering::SeqCst);
+        let mut lease = Lease {
+            value,
+            token,
+            deadline: t1 + self.ttl - self.drift,
+        };
+        // The token must be on a quorum before this term may act. When every epoch seen in
+        // this round was below the proposal, the token *is* the proposal, which each granting
+        // node stored atomically with its key: it is on a quorum already.
+        if token == proposed {
+            return Acquire::Acquired(lease);
+        }
+        // Otherwise (this process was behind), the first renewal writes the token.
+        match self.renew(&lease).await {
+            Some(deadline) => {
+                lease.deadline = lease.deadline.max(deadline);
+                Acquire::Acquired(lease)
+            }
+            None => {
+                self.release(&lease.value, Notice::Silent).await;
+                Acquire::NoQuorum(Observed::default())
+            }
+        }
+    }
+
+    /// The attempt failed (and was cleaned up): learn the epochs and tell contention from no
+    /// quorum anywhere.
+    fn lost(&self, mut replies: Replies, stragglers: Vec<Vote>, quorum: usize) -> Acquire {
+        for vote in stragglers {
+            replies.record(vote);
+        }
+        self.epoch_seen
+            .fetch_max(replies.max_epoch, Ordering::SeqCst);
+        if replies.answered == 0 {
+            return Acquire::Error;
+        }
+        let holders = observe(self.nodes.len(), &replies.denials);
+        if holders.most >= quorum {
+            Acquire::Contended(holders.observed)
+        } else {
+            Acquire::NoQuorum(holders.observed)
+        }
+    }
+}
+
+fn parse_acquire(r: Result<Vec<Value>, CommandError>) -> Vote {
+    let Ok(items) = r else {
+        return Vote::Unknown;
+    };
+    match items.as_slice() {
+        [Value::Int(1), Value::Int(epoch)] => Vote::Yes {
+            epoch: (*epoch).max(0) as u64,
+        },
+        [Value::Int(0), holder, Value::Int(pttl), rest @ ..] => {
+            let holder = match holder {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                _ => String::new(),
+            };
+            let epoch = match rest {
+                [Value::Int(e), ..] => (*e).max(0) as u64,
+                _ => 0,
+            };
+            Vote::No(Denial {
+                holder,
+                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                epoch,
+            })
+        }
+        _ => Vote::Unknown,
+    }
+}
+
+/// What the denials show, and how many of them name the most common holder. The acquire script
+/// reads the holder in the same atomic step as its failed `SET NX`, so a denial always names one.
+fn observe(n: usize, denials: &[Denial]) -> Holders {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for d in denials.iter().filter(|d| !d.holder.is_empty()) {
+        *counts.entry(d.holder.as_str()).or_default() += 1;
+    }
+    let (holder, most) = counts
+        .into_iter()
+        .max_by_key(|(_, c)| *c)
+        .map_or((None, 0), |(h, c)| (Some(identity_of(h).to_string()), c));
+    let pttls: Vec<Duration> = denials.iter().filter_map(|d| d.pttl).collect();
+    Holders {
+        observed: Observed {
+            holder,
+            free_in: math::free_quorum_in(n, pttls),
+        },
+        most,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denials_carry_the_node_epoch() {
+        let deny = |rest: Vec<Value>| {
+            let mut v = vec![
+                Value::Int(0),
+                Value::BulkString(b"b#1".to_vec()),
+                Value::Int(40),
+            ];
+            v.extend(rest);
+            parse_acquire(Ok(v))
+        };
+        assert!(
+            matches!(deny(vec![Value::Int(7)]), Vote::No(Denial { epoch: 7, ref holder, .. }) if holder == "b#1")
+        );
+        assert!(matches!(deny(vec![]), Vote::No(Denial { epoch: 0, .. })));
+        let yes = parse_acquire(Ok(vec![Value::Int(1), Value::Int(3)]));
+        assert!(matches!(yes, Vote::Yes { epoch: 3 }));
+    }
+
+    #[test]
+    fn observe_picks_the_majority_holder() {
+        let ms = Duration::from_millis;
+        let deny = |holder: &str, pttl| Denial {
+            holder: holder.into(),
+            pttl: Some(ms(pttl)),
+            epoch: 0,
+        };
+        let h = observe(3, &[deny("b#1", 50), deny("b#1", 40), deny("c#2", 10)]);
+        assert_eq!(h.observed.holder.as_deref(), Some("b"));
+        assert_eq!(h.most, 2);
+        assert_eq!(h.observed.free_in, Some(ms(40)));
+    }
+}

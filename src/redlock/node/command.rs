@@ -1,0 +1,113 @@
+//! Commands on a node: `EVALSHA` over the verified connection with the per-node timeout, the
+//! clock reading every script reply carries, and the latency and error metrics.
+
+use std::sync::Arc;
+
+use redis::Value;
+use tokio::time::Instant;
+
+use super::connection::Verified;
+use super::{Node, lock};
+use crate::redlock::connect::{ConnectError, Reason};
+use crate::redlock::scripts::Script;
+
+/// How one command on one node ended.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// No verified connection right now (connecting, or backing off).
+    #[error("no verified connection")]
+    NotConnected,
+    /// No reply within the per-node timeout. The command may still have run: callers treat the
+    /// outcome as unknown (never counted, always cleaned up).
+    #[error("no reply within the timeout")]
+    Timeout,
+    /// Redis or the connection answered with an error.
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    /// The reply did not have the script's shape (no leading `TIME`).
+    #[error("malformed reply (no leading TIME)")]
+    Malformed,
+}
+
+impl CommandError {
+    /// The metric label (`kind` of `redis_command_errors`).
+    fn kind(&self) -> &'static str {
+        match self {
+            CommandError::NotConnected => "not_connected",
+            CommandError::Timeout => "timeout",
+            CommandError::Redis(_) | CommandError::Malformed => "error",
+        }
+    }
+}
+
+impl Node {
+    /// Run a script by SHA with the per-node timeout; records latency and errors. The node's
+    /// `TIME`, which every script returns first, is taken as a clock reading (before the caller
+    /// looks at the vote, so a reply that reveals a jump never counts); the rest is returned.
+    pub async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Vec<Value>, CommandError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
+        let started = Instant::now();
+        let result = self.run(&cmd).await.and_then(|(value, run_id)| {
+            let Value::Array(mut items) = value else {
+                return Err(CommandError::Malformed);
+            };
+            match items.first() {
+                Some(&Value::Int(node_us)) => {
+                    self.observe(&run_id, node_us, started, Instant::now());
+                    items.remove(0);
+                    Ok(items)
+                }
+                _ => Err(CommandError::Malformed),
+            }
+        });
+        self.record(script.name, started, &result);
+        result
+    }
+
+    async fn run(&self, cmd: &redis::Cmd) -> Result<(Value, Arc<str>), CommandError> {
+        let Some(Verified { mut conn, run_id }) = lock(&self.conn).clone() else {
+            return Err(CommandError::NotConnected);
+        };
+        match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn)).await {
+            Err(_) => Err(CommandError::Timeout),
+            Ok(Err(e)) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    self.mark_broken();
+                }
+                // An ACL that lets the handshake through but denies a script (or a command
+                // inside one) makes the endpoint as unusable as a failed connect.
+                let classified = ConnectError::from_redis(&e, self.connector.is_tls());
+                if classified.reason == Reason::Noperm {
+                    self.connect_failures.failed(&classified);
+                }
+                Err(CommandError::Redis(e))
+            }
+            Ok(Ok(v)) => Ok((v, run_id)),
+        }
+    }
+
+    fn record<T>(&self, command: &'static str, started: Instant, result: &Result<T, CommandError>) {
+        let name = self.endpoint.name.as_str();
+        match &result {
+            Ok(_) => self
+                .metrics
+                .command_finished(name, command, started.elapsed()),
+            Err(e) => self.metrics.command_failed(name, command, e.kind()),
+        }
+    }
+
+    /// Drop the connection a command saw break, and wake the maintenance task to reconnect.
+    pub(super) fn mark_broken(&self) {
+        if lock(&self.conn).take().is_some() {
+            self.metrics.set_redis_up(&self.endpoint.name, false);
+            tracing::warn!(endpoint = %self.endpoint.name, "redis connection lost; reconnecting");
+        }
+        self.broken.notify_one();
+    }
+}

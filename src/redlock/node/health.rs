@@ -1,0 +1,109 @@
+//! A node's health: what the handshake and the INFO refreshes learned (restart quarantine,
+//! replica, evicting policy) and its clock watch, with the log lines and gauges they drive.
+
+use tokio::time::Instant;
+
+use super::info::{Exclusion, Info, classify, exclusion_changed, keep_running_quarantine};
+use super::{Node, lock, mono_us};
+use crate::redlock::clock::{self, Reading, Seen};
+
+/// What the handshake learned about the node.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Health {
+    /// run_id of the server behind the current connection.
+    pub(super) run_id: Option<String>,
+    /// Why the node does not count, if it does not.
+    pub(super) exclusion: Option<Exclusion>,
+    /// The node's clock as this sidecar has watched it.
+    pub(super) clock: clock::Watch,
+}
+
+impl Node {
+    /// Take a reading of the node's clock; a jump quarantines the node (logged and counted).
+    pub(super) fn observe(&self, run_id: &str, node_us: i64, sent: Instant, received: Instant) {
+        let reading = Reading {
+            node_us,
+            sent_us: mono_us(sent),
+            received_us: mono_us(received),
+        };
+        let seen = lock(&self.health)
+            .clock
+            .observe(run_id, reading, &self.clock_policy);
+        if let Seen::Resumed { gap_us } = seen {
+            tracing::debug!(
+                endpoint = %self.endpoint.name,
+                gap_ms = gap_us / 1000,
+                "no clock reading of the redis node for longer than ttl + margin; watching it afresh before it counts"
+            );
+        }
+        if let Seen::Jumped { jump, until_us } = seen {
+            let direction = jump.direction.as_str();
+            tracing::warn!(
+                endpoint = %self.endpoint.name,
+                direction,
+                size_ms = jump.size_us as f64 / 1000.0,
+                quarantine_ms = (until_us - reading.received_us) / 1000,
+                "redis node's wall clock jumped; it does not count toward a quorum until the quarantine ends"
+            );
+            self.metrics.clock_jump(&self.endpoint.name, direction);
+        }
+    }
+
+    /// Take a fresh INFO reading: classify the node, keeping a running quarantine, and log
+    /// changes of kind (not every refresh of a running quarantine's end).
+    pub(super) fn apply_info(&self, info: &Info) {
+        let now = Instant::now();
+        let mut h = lock(&self.health);
+        let fresh = classify(info, h.run_id.as_deref(), self.ttl, now);
+        let exclusion = keep_running_quarantine(h.exclusion.as_ref(), fresh, now);
+        let run_id_changed = h.run_id.as_deref().is_some_and(|r| r != info.run_id);
+        if exclusion_changed(h.exclusion.as_ref(), exclusion.as_ref(), run_id_changed) {
+            self.log_exclusion(exclusion.as_ref(), info, now);
+        }
+        h.exclusion = exclusion;
+        h.run_id = Some(info.run_id.clone());
+    }
+
+    fn log_exclusion(&self, exclusion: Option<&Exclusion>, info: &Info, now: Instant) {
+        match exclusion {
+            Some(Exclusion::Restarted { until }) => tracing::warn!(
+                endpoint = %self.endpoint.name,
+                uptime_secs = info.uptime_secs,
+                quarantine_ms = until.saturating_duration_since(now).as_millis() as u64,
+                "redis node restarted recently; it does not count toward a quorum until the quarantine ends"
+            ),
+            Some(Exclusion::Replica) => {
+                tracing::error!(endpoint = %self.endpoint.name, "redis node is a replica; it never counts toward a quorum")
+            }
+            Some(Exclusion::Evicting(p)) => tracing::error!(
+                endpoint = %self.endpoint.name,
+                policy = %p,
+                "redis node's maxmemory-policy can evict lock keys; it never counts toward a quorum (use noeviction)"
+            ),
+            None => tracing::info!(
+                endpoint = %self.endpoint.name,
+                "redis node counts toward a quorum again"
+            ),
+        }
+    }
+
+    /// Whether the node is quarantined at `now` (restart, clock jump, replica, evicting).
+    pub fn quarantined(&self, now: Instant) -> bool {
+        let h = lock(&self.health);
+        let excluded = match &h.exclusion {
+            None => false,
+            Some(Exclusion::Restarted { until }) => now < *until,
+            Some(_) => true,
+        };
+        excluded || (self.clock_policy.enabled && h.clock.quarantined_at(mono_us(now)))
+    }
+
+    /// Refresh the quarantine and eligibility gauges (called at scrape time).
+    pub fn publish_quarantine(&self, now: Instant) {
+        let name = self.endpoint.name.as_str();
+        self.metrics
+            .set_redis_quarantined(name, self.quarantined(now));
+        self.metrics
+            .set_redis_eligible(name, self.is_up() && self.counts(now));
+    }
+}

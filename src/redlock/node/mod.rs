@@ -1,0 +1,155 @@
+//! One Redis master: a persistent, verified connection and the node's health.
+//!
+//! A connection is published for voting only after its handshake ran on it: `INFO` (run_id,
+//! uptime, role, maxmemory-policy → quarantine) and `SCRIPT LOAD` of every script. A node that
+//! restarts drops its TCP connections, so any vote it gives after a restart arrives over a new
+//! connection whose handshake has already put the node in quarantine. That is why this module
+//! manages its own reconnects instead of a transparently reconnecting connection manager.
+//!
+//! Every reply also reads the node's wall clock (`TIME`): scripts return it first, the
+//! handshake and the INFO refresh ask for it. [`clock::Watch`] turns the readings into jump
+//! detection and the observe-before-counting rule.
+//!
+//! Rooms: the pure INFO rules ([`info`]), the health and quarantine state (`health`), the
+//! connection lifecycle and INFO/clock watcher (`connection`), command calls (`command`) and
+//! the release-notice subscription (`subscription`).
+
+mod command;
+mod connection;
+mod health;
+pub mod info;
+mod subscription;
+
+pub use command::CommandError;
+pub use info::{Exclusion, Info, Quarantine, classify, classify_at, counts_from_at, parse_info};
+
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::clock;
+use super::connect::{Connector, FailureLog};
+use crate::config::{Endpoint, RedisConfig};
+use crate::metrics::Metrics;
+use connection::Verified;
+use health::Health;
+
+/// Origin of the local monotonic µs that [`clock`] works with.
+static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Local monotonic µs of `t` (all instants used are later than the origin, fixed when the first
+/// node is created).
+pub fn mono_us(t: Instant) -> i64 {
+    t.saturating_duration_since(*ORIGIN).as_micros() as i64
+}
+
+/// The instant of local monotonic µs `us`.
+fn instant_of(us: i64) -> Instant {
+    *ORIGIN + Duration::from_micros(us.max(0) as u64)
+}
+
+/// One Redis master and its connection.
+pub struct Node {
+    /// Where it is; `name` is the metric label.
+    pub endpoint: Endpoint,
+    /// Opens connections (address, credentials, TLS) and classifies their failures.
+    connector: Connector,
+    /// Warns (rate-limited) and counts failures to connect and verify.
+    connect_failures: FailureLog,
+    /// The same for the release-notice subscription.
+    subscribe_failures: FailureLog,
+    /// The verified connection, if any.
+    conn: Mutex<Option<Verified>>,
+    /// Handshake results.
+    health: Mutex<Health>,
+    /// Wakes the maintenance task when a command saw the connection break.
+    broken: Notify,
+    /// Per-command timeout.
+    timeout: Duration,
+    /// Connect + handshake timeout.
+    connect_timeout: Duration,
+    /// Lease ttl, for the quarantine window.
+    ttl: Duration,
+    /// Whether a restart quarantine keeps the node from counting (test-only switch).
+    quarantine: Quarantine,
+    /// Clock-jump detection bounds (and its test-only switch).
+    clock_policy: clock::Policy,
+    /// Shared metrics.
+    metrics: Metrics,
+}
+
+impl Node {
+    /// Create a node (no I/O yet; [`Node::maintain`] connects).
+    pub fn new(
+        endpoint: Endpoint,
+        redis: &RedisConfig,
+        ttl: Duration,
+        quarantine: Quarantine,
+        clock_policy: clock::Policy,
+        metrics: Metrics,
+    ) -> Result<Arc<Node>, redis::RedisError> {
+        LazyLock::force(&ORIGIN);
+        let connector = Connector::new(&endpoint, redis).map_err(|e| {
+            let detail = e.to_string();
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis.tls", detail))
+        })?;
+        metrics.new_endpoint(
+            &endpoint.name,
+            &[clock::Direction::Forward, clock::Direction::Backward].map(|d| d.as_str()),
+        );
+        Ok(Arc::new(Node {
+            connect_failures: FailureLog::new(&endpoint.name, "redis connection", metrics.clone()),
+            subscribe_failures: FailureLog::new(
+                &endpoint.name,
+                "release-notice subscription",
+                metrics.clone(),
+            ),
+            endpoint,
+            connector,
+            conn: Mutex::new(None),
+            health: Mutex::new(Health::default()),
+            broken: Notify::new(),
+            timeout: redis.timeout,
+            connect_timeout: redis.connect_timeout,
+            ttl,
+            quarantine,
+            clock_policy,
+            metrics,
+        }))
+    }
+
+    /// The `host:port` name.
+    pub fn name(&self) -> &str {
+        &self.endpoint.name
+    }
+
+    /// Whether a yes from this node counts toward a quorum at `now`: not quarantined (restart,
+    /// clock jump), not a replica or evicting, and its clock watched long enough.
+    pub fn counts(&self, now: Instant) -> bool {
+        self.counts_from().is_some_and(|from| now >= from)
+    }
+
+    /// From when a yes from this node counts, if nothing changes meanwhile; `None` while that is
+    /// unknown (no clock reading yet) or never (replica, evicting policy).
+    pub fn counts_from(&self) -> Option<Instant> {
+        let h = lock(&self.health);
+        counts_from_at(
+            h.exclusion.as_ref(),
+            self.quarantine,
+            h.clock.counts_from(&self.clock_policy).map(instant_of),
+        )
+    }
+
+    /// Whether a verified connection is up.
+    pub fn is_up(&self) -> bool {
+        lock(&self.conn).is_some()
+    }
+}
+
+/// Lock a std mutex; a poisoned lock only means another task panicked while holding it, and the
+/// data (an Option or small struct) is still consistent, so carry on with it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
