@@ -6,11 +6,19 @@
 //! # Layout
 //! Data flows one way: config → elector (Redlock) → leadership state → publishers.
 //! - [`config`] — YAML + env + flags into one validated [`config::Config`]; the only reader of
-//!   env and files.
-//! - [`redlock`] — the protocol against N nodes: acquire / renew / release, quorum and validity
-//!   math ([`redlock::math`]), node connections, health and quarantine ([`redlock::node`]),
-//!   opening connections (TLS, credentials) and classifying their failures
-//!   ([`redlock::connect`]), the Lua scripts ([`redlock::scripts`]).
+//!   env and files. `settings.rs` spells each setting once (YAML key, flag, env var, default,
+//!   help), `cli.rs` the command line and the precedence (flag > env > file), `file.rs` the
+//!   YAML file, `validate.rs` + `validate/{redis,kubernetes,parse}.rs` one short check per
+//!   section, `endpoint.rs` the Redis URLs, `render.rs` the `check-config` output.
+//! - [`redlock`] — the protocol against N nodes, one round per file: `acquire.rs`, `renew.rs`,
+//!   `release.rs` (and the [`redlock::Notice`] it sends), `records.rs` (candidate records),
+//!   `notices.rs` (release notices received), `lease.rs` (what a term holds); quorum and
+//!   validity math ([`redlock::math`]), the wall-clock watch ([`redlock::clock`]), candidate
+//!   ranking ([`redlock::candidates`]), the Lua scripts ([`redlock::scripts`]).
+//!   [`redlock::node`] is one Redis master: `connection.rs` (handshake, reconnects),
+//!   `command.rs` (scripts and their errors), `info.rs` (INFO parsing and classification, pure),
+//!   `health.rs` (quarantine and eligibility), `subscription.rs` (the notice channel).
+//!   [`redlock::connect`] opens connections (TLS, credentials) and classifies their failures.
 //! - [`elector`] — the follower ⇄ leader state machine and its timers; publishes a `watch` of
 //!   [`leadership::Leadership`]. One file per part: `follower.rs` (waiting, attempts, the
 //!   retry jitter), `leader.rs` (renewals, step-down, naming the successor), `candidacy.rs`
@@ -19,8 +27,10 @@
 //! - [`leadership`] — the published state, the answer-time [`leadership::View`], and
 //!   [`leadership::Shared`], what the answering publishers read.
 //! - publishers, each a consumer of that watch: [`api`] (/leader, long-poll, SSE, step-down),
-//!   [`ops`] (/metrics, probes), [`publish::k8s`] (pod label, fencing-token annotation,
-//!   Events, the own pod's standing).
+//!   [`ops`] (/metrics, probes), [`publish::k8s`]: the pod label and fencing-token
+//!   annotation (`converge.rs` the retry loop, `patch.rs` the pure patches, `pods.rs` the calls,
+//!   demote before promote), `events.rs` (Events), `call.rs` (typed call errors, counted),
+//!   `standing.rs` (the own pod's revision and readiness).
 //! - [`metrics`] — the Prometheus registry: [`metrics::Metrics::register`] and one method per
 //!   event counted.
 //! - [`backoff`] — the one retry backoff and the random delays.

@@ -44,8 +44,8 @@ const EXIT_SLACK: Duration = Duration::from_millis(50);
 /// The bound of a graceful shutdown, from the signal to the exit: `2 × redis.timeout + 1 s`
 /// (README, "Kubernetes": a sidecar stopped during an API-server outage still exits within it;
 /// tests/kube_labels.rs checks it). The release (each node bounded by `redis.timeout`, plus
-/// the candidate-record withdrawal) takes all of it but [`LABEL_RESERVE`]; the pod label gets
-/// what is left, at most [`KUBE_FINISH`].
+/// the candidate-record withdrawal) takes all of it but `LABEL_RESERVE`; the pod label gets
+/// what is left, at most `KUBE_FINISH`.
 pub fn shutdown_budget(redis_timeout: Duration) -> Duration {
     redis_timeout * 2 + Duration::from_secs(1)
 }

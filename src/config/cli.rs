@@ -106,7 +106,7 @@ pub struct Parsed {
     pub mode: Mode,
 }
 
-/// The clap command: [`Cli`] plus every setting of [`Settings`], all usable before or after
+/// The clap command: `Cli` plus every setting of [`Settings`], all usable before or after
 /// the subcommand. The env vars stay out of `--help`: its `after_help` explains them once.
 pub fn command() -> clap::Command {
     let cli = Cli::command();

@@ -6,8 +6,8 @@
 //!
 //! - [`settings`] — every setting once: its YAML key (serde), flag and env var (clap), help and
 //!   default; the file and the command line both fill the same [`Settings`].
-//! - [`cli`] — the command line; [`file`] — the YAML file.
-//! - [`validate`] — [`Settings`] into [`Config`], one short function per section.
+//! - [`cli`] — the command line; [`file`](mod@file) — the YAML file.
+//! - [`validate`](mod@validate) — [`Settings`] into [`Config`], one short function per section.
 //! - [`endpoint`] — Redis URLs; [`render`] — the `check-config` YAML.
 
 use std::ffi::OsString;

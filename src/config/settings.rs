@@ -1,7 +1,7 @@
 //! Every setting, spelled once: the struct field is the YAML key (serde, camelCase), its
 //! `#[arg]` the flag and the `REDLOCK_ELECTOR_*` env var (clap), and its help names the default
 //! from [`default`]. The file fills a [`Settings`]; flags and env overwrite what they set
-//! ([`crate::config::cli`]). Values stay text until [`crate::config::validate`], so that every
+//! ([`crate::config::cli`]). Values stay text until [`crate::config::validate()`], so that every
 //! error names the field (`lease.ttl: "10" is not a duration`) whichever layer it came from.
 
 use std::fmt::Display;

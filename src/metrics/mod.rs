@@ -147,7 +147,7 @@ impl Metrics {
             .inc();
     }
 
-    /// This sidecar became leader after a failover gap of `gap` (see [`Metrics::acquire_wait`]).
+    /// This sidecar became leader after a failover gap of `gap` (see `acquire_wait`).
     pub fn became_leader(&self, gap: Duration) {
         self.acquire_wait.observe(gap.as_secs_f64());
         self.leader_transitions.inc();

@@ -12,7 +12,7 @@
 //!   every patch carries the `resourceVersion` it was computed from (and, on the own pod, a
 //!   fresh [`UPDATED_ANNOTATION`] so that it always bumps that version), so a stale patch that
 //!   still reaches the server is rejected (409) instead of overwriting a newer one.
-//! - Events ("became leader", "lost leadership: <reason>") go through a small queue on their own
+//! - Events ("became leader", "lost leadership: `<reason>`") go through a small queue on their own
 //!   task, best effort, so they never hold up a label.
 //! - [`poll_pod`] reads the own pod for the elector's candidate record: its revision
 //!   (`pod-template-hash` / `controller-revision-hash`) and `creationTimestamp` once, and its

@@ -84,7 +84,7 @@ impl Node {
 
     /// Keep a verified connection up and the health fresh until `stop` is cancelled: connect
     /// with jittered exponential backoff, re-check INFO every second (also detects a silent
-    /// server) and the node's clock every [`Node::clock_refresh`].
+    /// server) and the node's clock every `clock_refresh`.
     pub async fn maintain(self: Arc<Self>, stop: CancellationToken) {
         let mut backoff = Backoff::new(RECONNECT_MIN, RECONNECT_MAX, RECONNECT_JITTER);
         let mut info_read: Option<Instant> = None;
