@@ -1,7 +1,7 @@
 //! The command line of the real binary: bad configs and flags exit 2 naming the field, before
 //! any port is bound or Redis contacted; check-config prints effective settings, secrets redacted.
 
-mod common;
+use testkit::common;
 
 use std::net::TcpListener;
 use std::process::Command;

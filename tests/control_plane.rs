@@ -1,6 +1,6 @@
 //! The sidecar against a real Kubernetes control plane (`scripts/control-plane.sh`: etcd,
 //! kube-apiserver with RBAC, kube-controller-manager), the chart installed with the real
-//! `helm install --wait`, pods run by the harness's stand-in kubelet (`tests/cluster/kubelet.rs`)
+//! `helm install --wait`, pods run by the harness's stand-in kubelet (`testkit/src/cluster/kubelet.rs`)
 //! as the chart's ServiceAccount, so the real authorizer enforces the shipped Role.
 //!
 //! - election with 3 pods: the label follows the leader; after a SIGKILL of the leader's sidecar
@@ -11,8 +11,8 @@
 //! - an apiserver outage: the election carries on; the labels converge after it returns;
 //! - `kubectl apply` of manifests/: the real server's validation accepts them.
 
-mod cluster;
-mod common;
+use testkit::cluster;
+use testkit::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,8 @@
 //! kube client runs).
 //! Every test ends by checking each request the sidecars made against the chart's Role.
 
-mod common;
-mod fakeapi;
+use testkit::common;
+use testkit::fakeapi;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! `settled()` keeps waiting; after SIGCONT the frozen node deletes the key too and `settled()`
 //! resolves. A release that waited for every node (the old behaviour) fails the first check.
 
-mod common;
+use testkit::common;
 
 use std::time::{Duration, Instant};
 

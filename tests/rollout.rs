@@ -11,8 +11,8 @@
 //! `/leader` every few milliseconds and records the leader over time; it also fails the test if
 //! two sidecars ever answer `is_leader` at once.
 
-mod common;
-mod fakeapi;
+use testkit::common;
+use testkit::fakeapi;
 
 use std::thread;
 use std::time::{Duration, Instant};

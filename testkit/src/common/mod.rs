@@ -234,8 +234,8 @@ pub fn clockshift_lib() -> PathBuf {
     use std::sync::OnceLock;
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clockshift/clockshift.c");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let src = crate::repo().join("tests/clockshift/clockshift.c");
+        let dir = crate::profile_dir();
         let out = dir.join("libclockshift.so");
         // Built under a private name, then renamed: test binaries may build it concurrently.
         let tmp = dir.join(format!("libclockshift.{}.so", std::process::id()));
@@ -576,8 +576,26 @@ pub struct Sidecar {
     _dir: tempfile::TempDir,
 }
 
+/// The `redlock-elector` binary cargo built for this test or bench run (it builds the package's
+/// binaries for every integration test and bench): `target/<profile>/redlock-elector`, or
+/// `$REDLOCK_ELECTOR_BIN` when set. A panic that says how to build it when it is missing.
 pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_redlock-elector")
+    use std::sync::OnceLock;
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let path = match std::env::var_os("REDLOCK_ELECTOR_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => crate::profile_dir().join("redlock-elector"),
+        };
+        assert!(
+            path.is_file(),
+            "the sidecar binary {} does not exist: run the tests with `cargo test` (or the bench \
+             with `cargo bench`), which builds it, or build it (`cargo build [--release]`) and \
+             point REDLOCK_ELECTOR_BIN at it",
+            path.display()
+        );
+        path.to_string_lossy().into_owned()
+    })
 }
 
 impl Sidecar {

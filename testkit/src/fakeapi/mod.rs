@@ -805,7 +805,7 @@ struct RoleDoc {
 /// The rules of `tests/packaging/expected-rbac.yaml`, which the packaging checks assert equal
 /// to the Role the chart renders (and the generated manifests).
 pub fn shipped_role() -> Vec<Rule> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/packaging/expected-rbac.yaml");
+    let path = crate::repo().join("tests/packaging/expected-rbac.yaml");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let doc: RoleDoc = serde_saphyr::from_str(&text)
