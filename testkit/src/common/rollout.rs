@@ -1,4 +1,4 @@
-//! Rollouts of real sidecars, shared by `tests/rollout.rs` and the benchmark: an observer that
+//! Rollouts of real sidecars, shared by `tests/suite/rollout.rs` and the benchmark: an observer that
 //! polls every live sidecar's `/leader` and records the leader over time (and any two leaders
 //! at once), and a rolling replacement of 3 sidecars by 3 of a higher priority.
 

@@ -16,7 +16,7 @@
 //! chosen request, added latency, connections cut mid-request, and a record of every request
 //! and label state to assert on. Everything else (RBAC, validation, watch order, Events as
 //! stored, rollouts, EndpointSlices, outages) runs on the real control plane:
-//! `tests/control_plane.rs`, `tests/control_plane_rollout.rs`.
+//! `tests/suite/control_plane.rs`, `tests/suite/control_plane_rollout.rs`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

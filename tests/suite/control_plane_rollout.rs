@@ -1,4 +1,4 @@
-//! Rollouts, traffic and two clusters on the real control plane (see tests/control_plane.rs for
+//! Rollouts, traffic and two clusters on the real control plane (see tests/suite/control_plane.rs for
 //! the set-up: real etcd, kube-apiserver, kube-controller-manager, `helm install --wait`, the
 //! stand-in kubelet).
 //!
