@@ -4,7 +4,8 @@
 //!
 //! Filters: `cargo test --test suite -- election::` runs one area; the control-plane tests are
 //! named `cp_*` (`-- cp_` runs them, `--skip cp_` leaves them out: they need the control plane's
-//! binaries, `scripts/control-plane.sh build`).
+//! binaries, `scripts/control-plane.sh build`). Filters match substrings: `rollout::` matches
+//! `control_plane_rollout::` too, so add `--skip cp_` when you mean the other areas only.
 
 mod api;
 mod cli;
