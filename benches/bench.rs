@@ -242,8 +242,7 @@ fn ms_between(a: Instant, b: Instant) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // Processes: the integration tests' harness (real redis-server, the real binary)
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use testkit::common;
 
 use common::{
     Opts as SidecarOpts, Pki, Redis, Sidecar, View, binary, http, library_config, resp_encode,
