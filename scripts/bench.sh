@@ -39,3 +39,12 @@ if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",endpoints,"* ]]; 
   cargo test --locked --release --test suite -- --nocapture --test-threads=1 \
     cp_the_leader_services_endpoints_follow_handovers 2>&1 | grep -E '^\[figure\]|^test result' >&2
 fi
+# Real rolling updates for comparison with `prefer: newest` (which CI checks): `prefer: none`, and
+# `newest` without `minReadySeconds`; 5 rollouts each on the real Deployment controller. Full
+# runs only, or `--only rollout` (beside the scripted rollouts above).
+if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",rollout,"* ]]; then
+  echo "== Real rolling updates: prefer none, and newest without minReadySeconds (5 rollouts each)" >&2
+  scripts/control-plane.sh build > /dev/null
+  cargo test --locked --release --test suite -- --ignored --nocapture --test-threads=1 \
+    cp_real_rolling_updates_ 2>&1 | grep -E '^\[figure\]|^test result' >&2
+fi
