@@ -14,10 +14,13 @@ ENV RUSTFLAGS="-C target-feature=+crt-static" \
     CARGO_TERM_COLOR=never
 # Dependency layer: build the dependencies against stub sources, so this layer is reused
 # until Cargo.toml or Cargo.lock change.
+# testkit (the tests' harness) is a workspace member: its manifest, with a stub, must be there for
+# cargo to load the workspace; only the sidecar is built.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src \
+COPY testkit/Cargo.toml ./testkit/
+RUN mkdir -p src testkit/src \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs \
+    && touch src/lib.rs testkit/src/lib.rs \
     && cargo fetch --locked \
     && cargo build --release --locked --target x86_64-unknown-linux-gnu \
     && rm -rf src

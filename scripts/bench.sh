@@ -24,7 +24,7 @@ cargo bench --locked --bench bench -- "$@"
 # The latency a user's clients see: from a handover (the new leader's /leader version change) to
 # the leader Service's EndpointSlice listing only the new leader's pod IP, on the real control
 # plane (Deployment and EndpointSlice controllers; 20 handovers; the test in
-# tests/control_plane_rollout.rs, optimized here). Full runs only, or `--only endpoints`; figures
+# tests/suite/control_plane_rollout.rs, optimized here). Full runs only, or `--only endpoints`; figures
 # on stderr so that --json stays clean. CI runs the same test unoptimized.
 quick=0 only=""
 prev=""
@@ -36,6 +36,6 @@ done
 if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",endpoints,"* ]]; then
   echo "== EndpointSlice switch after a handover, real control plane (20 handovers)" >&2
   scripts/control-plane.sh build > /dev/null
-  cargo test --locked --release --test control_plane_rollout -- --nocapture --test-threads=1 \
+  cargo test --locked --release --test suite -- --nocapture --test-threads=1 \
     cp_the_leader_services_endpoints_follow_handovers 2>&1 | grep -E '^\[figure\]|^test result' >&2
 fi

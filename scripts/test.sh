@@ -10,14 +10,14 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 ensure_apt redis-server redis-server
-ensure_apt openssl openssl      # tests/managed_redis.rs makes its CA, server and client certificates with it
+ensure_apt openssl openssl      # tests/suite/managed_redis.rs makes its CA, server and client certificates with it
 ensure_apt curl curl
 ensure_apt kill procps          # the tests send real signals with kill(1), not the shell builtin
 ensure_apt python3 python3      # the packaging and observability checks run Python tools in a venv
 ensure_apt strip binutils       # the image's binary is stripped
 ensure_apt cc gcc               # the harness builds tests/clockshift (an LD_PRELOAD that steps Redis's wall clock)
 
-# The control-plane tests (tests/control_plane*.rs, test names cp_*) need etcd, kube-apiserver,
+# The control-plane tests (tests/suite/control_plane*.rs, test names cp_*) need etcd, kube-apiserver,
 # kube-controller-manager, kubectl and helm built from their Go modules (tests/control-plane/).
 # A cold build takes 10-40 min on 2 cores, so it starts now, in the background (cached after the
 # first run), and those tests run last. No Go, or a failed build, fails the run loudly.
@@ -41,8 +41,8 @@ if ! wait "$CP_BUILD"; then
 fi
 trap - EXIT
 echo "-- control-plane binaries ready after $((SECONDS - t0)) s more: $(tail -n 1 "$CP_BUILD_LOG")"
-echo "== cargo test: the real control plane (tests/control_plane*.rs; one control plane at a time)"
-cargo test --locked --test control_plane --test control_plane_rollout -- --test-threads=1 cp_
+echo "== cargo test: the real control plane (tests/suite/control_plane*.rs; one control plane at a time)"
+cargo test --locked --test suite -- --test-threads=1 cp_
 
 # The model check (tests/model.rs, docs/model.md): unoptimized it is about five times slower, so
 # the debug run above lists its checks as ignored and they run here, optimized (about a minute).

@@ -15,7 +15,7 @@
 //!
 //! Layout: [`args`] the command line, [`report`] the figures and their printing, [`resp`] the
 //! one RESP client, [`floors`] and [`direct`] the hand-written clients the acquire figures are
-//! compared with, [`harness`] the bench's side of the test harness, [`scenarios`] one module
+//! compared with, [`harness`] the bench's side of the test kit (`testkit`), [`scenarios`] one module
 //! per section.
 
 mod args;
@@ -26,11 +26,9 @@ mod report;
 mod resp;
 mod scenarios;
 
-// The integration tests' harness (real redis-server, the real binary) and fault proxy.
-#[path = "../../tests/common/mod.rs"]
-mod common;
-#[path = "../../tests/fault/mod.rs"]
-mod fault;
+// The harness the integration tests share (real redis-server, the real binary) and its fault
+// proxy.
+use testkit::{common, fault};
 
 use std::io::Write;
 use std::time::{Duration, Instant};

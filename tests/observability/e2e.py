@@ -83,7 +83,7 @@ def event(label: str) -> None:
     log(f"event: {label}")
 
 
-# Like tests/common's free_port: a counter below Linux's ephemeral range (32768+), so no port is
+# Like testkit's free_port (testkit/src/common): a counter below Linux's ephemeral range (32768+), so no port is
 # handed out twice (binding port 0 twice may repeat one) and no outgoing connection can take the
 # port of a Redis that is restarted on it; the start depends on the pid.
 _next_port = os.getpid() * 7919 % 20000

@@ -1,6 +1,6 @@
 //! Redis node failures and process pauses, with real servers and signals.
 
-mod common;
+use testkit::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! The sidecar against a real Kubernetes control plane (`scripts/control-plane.sh`: etcd,
 //! kube-apiserver with RBAC, kube-controller-manager), the chart installed with the real
-//! `helm install --wait`, pods run by the harness's stand-in kubelet (`tests/cluster/kubelet.rs`)
+//! `helm install --wait`, pods run by the harness's stand-in kubelet (`testkit/src/cluster/kubelet.rs`)
 //! as the chart's ServiceAccount, so the real authorizer enforces the shipped Role.
 //!
 //! - election with 3 pods: the label follows the leader; after a SIGKILL of the leader's sidecar
@@ -11,8 +11,8 @@
 //! - an apiserver outage: the election carries on; the labels converge after it returns;
 //! - `kubectl apply` of manifests/: the real server's validation accepts them.
 
-mod cluster;
-mod common;
+use testkit::cluster;
+use testkit::common;
 
 use std::time::{Duration, Instant};
 
@@ -52,12 +52,7 @@ fn cp_election_with_three_pods_on_a_real_server() {
     let killed_at = Instant::now();
     rel.kubelet.kill(&first);
     let second = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
-        let l = sidecar_leader(
-            &rel.live()
-                .into_iter()
-                .filter(|p| p.name != first)
-                .collect::<Vec<_>>(),
-        )?;
+        let l = rel.leader_besides(&first)?;
         (labelled_leaders(&cp, &rel.ns) == [l.clone()]).then_some(l)
     })
     .unwrap_or_else(|| {
@@ -189,27 +184,8 @@ fn cp_a_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
         serde_json::json!(["get", "list", "patch"]),
         "{original}"
     );
-    cp.kubectl(&[
-        "-n",
-        &rel.ns,
-        "patch",
-        "role",
-        &role,
-        "--type",
-        "json",
-        "-p",
-        r#"[{"op":"replace","path":"/rules/0/verbs","value":["get","patch"]}]"#,
-    ]);
-    rel.kubelet.kill(&first);
-    let second = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
-        sidecar_leader(
-            &rel.live()
-                .into_iter()
-                .filter(|p| p.name != first)
-                .collect::<Vec<_>>(),
-        )
-    })
-    .expect("the election goes on without the verb");
+    patch_role_verbs(&cp, &rel, &role, &serde_json::json!(["get", "patch"]));
+    let second = rel.kill_leader(&first, "the election goes on without the verb");
     let pod = rel.kubelet.pod(&second);
     let said = wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
         let logs = pod.logs();
@@ -252,19 +228,7 @@ fn cp_a_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
     assert_eq!(labelled_leaders(&cp, &rel.ns), std::slice::from_ref(&first));
 
     // The verb back: the label converges on the leader by itself.
-    let restore =
-        serde_json::json!([{"op": "replace", "path": "/rules/0/verbs", "value": rule["verbs"]}]);
-    cp.kubectl(&[
-        "-n",
-        &rel.ns,
-        "patch",
-        "role",
-        &role,
-        "--type",
-        "json",
-        "-p",
-        &restore.to_string(),
-    ]);
+    patch_role_verbs(&cp, &rel, &role, &rule["verbs"]);
     assert_eq!(wait_converged(&cp, &rel, Duration::from_secs(30)), second);
 }
 
@@ -278,16 +242,10 @@ fn cp_an_apiserver_outage_leaves_the_election_alone_and_the_labels_converge() {
     cp.stop_apiserver();
     report("kube-apiserver stopped in", format!("{:?}", t0.elapsed()));
     // Leadership changes during the outage: the leader's sidecar crashes.
-    rel.kubelet.kill(&first);
-    let second = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
-        sidecar_leader(
-            &rel.live()
-                .into_iter()
-                .filter(|p| p.name != first)
-                .collect::<Vec<_>>(),
-        )
-    })
-    .expect("a new leader is elected while the apiserver is down");
+    let second = rel.kill_leader(
+        &first,
+        "a new leader is elected while the apiserver is down",
+    );
     std::thread::sleep(TTL);
     assert_eq!(
         sidecar_leader(&rel.live()),
@@ -340,4 +298,20 @@ fn cp_the_plain_manifests_pass_the_real_servers_validation() {
         again.lines().all(|l| l.ends_with("unchanged")),
         "a second apply changed something:\n{again}"
     );
+}
+
+/// Set the verbs of the first rule of the Role `role` (`kubectl patch role --type json`).
+fn patch_role_verbs(cp: &ControlPlane, rel: &Release, role: &str, verbs: &serde_json::Value) {
+    let patch = serde_json::json!([{"op": "replace", "path": "/rules/0/verbs", "value": verbs}]);
+    cp.kubectl(&[
+        "-n",
+        &rel.ns,
+        "patch",
+        "role",
+        role,
+        "--type",
+        "json",
+        "-p",
+        &patch.to_string(),
+    ]);
 }

@@ -1,4 +1,4 @@
-//! Rollouts, traffic and two clusters on the real control plane (see tests/control_plane.rs for
+//! Rollouts, traffic and two clusters on the real control plane (see tests/suite/control_plane.rs for
 //! the set-up: real etcd, kube-apiserver, kube-controller-manager, `helm install --wait`, the
 //! stand-in kubelet).
 //!
@@ -10,8 +10,8 @@
 //!   p50/p99 over 20 handovers. Printed as figures, not asserted (the machine is loaded).
 //! - One lease across two clusters: one leader overall, labelled in its own cluster only.
 
-mod cluster;
-mod common;
+use testkit::cluster;
+use testkit::common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -16,7 +16,7 @@
 //! chosen request, added latency, connections cut mid-request, and a record of every request
 //! and label state to assert on. Everything else (RBAC, validation, watch order, Events as
 //! stored, rollouts, EndpointSlices, outages) runs on the real control plane:
-//! `tests/control_plane.rs`, `tests/control_plane_rollout.rs`.
+//! `tests/suite/control_plane.rs`, `tests/suite/control_plane_rollout.rs`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -805,7 +805,7 @@ struct RoleDoc {
 /// The rules of `tests/packaging/expected-rbac.yaml`, which the packaging checks assert equal
 /// to the Role the chart renders (and the generated manifests).
 pub fn shipped_role() -> Vec<Rule> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/packaging/expected-rbac.yaml");
+    let path = crate::repo().join("tests/packaging/expected-rbac.yaml");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let doc: RoleDoc = serde_saphyr::from_str(&text)

@@ -1,7 +1,7 @@
 //! The command line of the real binary: bad configs and flags exit 2 naming the field, before
 //! any port is bound or Redis contacted; check-config prints effective settings, secrets redacted.
 
-mod common;
+use testkit::common;
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -47,157 +47,70 @@ fn bad_configs_and_flags_exit_2_naming_the_field_before_binding_or_connecting() 
     ];
     let dir = tempdir();
     let good = format!("lease: {{name: my-app}}\nredis: {{endpoints: ['{redis_url}']}}\n");
+    let args = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
+    // A valid lease and endpoint, then `a`: the flag under test is the only fault.
+    let valid = |a: &[&str]| args(&[&["--lease", "a", "--redis", &redis_url], a].concat());
     let cases: Vec<(Vec<String>, &str, &str)> = vec![
-        (vec!["--redis".into(), redis_url.clone()], "", "lease.name"),
+        (args(&["--redis", &redis_url]), "", "lease.name"),
         (
-            vec![
-                "--lease".into(),
-                "My_App".into(),
-                "--redis".into(),
-                redis_url.clone(),
-            ],
+            args(&["--lease", "My_App", "--redis", &redis_url]),
             "",
             "lease.name",
         ),
-        (vec!["--lease".into(), "a".into()], "", "redis.endpoints"),
+        (args(&["--lease", "a"]), "", "redis.endpoints"),
         (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                "http://x:1".into(),
-            ],
+            args(&["--lease", "a", "--redis", "http://x:1"]),
             "",
             "redis.endpoints[0]",
         ),
+        (valid(&["--ttl", "10"]), "", "lease.ttl"),
+        (valid(&["--ttl", "50ms"]), "", "lease.ttl"),
         (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                redis_url.clone(),
-                "--ttl".into(),
-                "10".into(),
-            ],
-            "",
-            "lease.ttl",
-        ),
-        (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                redis_url.clone(),
-                "--ttl".into(),
-                "50ms".into(),
-            ],
-            "",
-            "lease.ttl",
-        ),
-        (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                redis_url.clone(),
-                "--ttl".into(),
-                "1s".into(),
-                "--renew-every".into(),
-                "600ms".into(),
-            ],
+            valid(&["--ttl", "1s", "--renew-every", "600ms"]),
             "",
             "lease.renewEvery",
         ),
         (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                redis_url.clone(),
-                "--ttl".into(),
-                "1s".into(),
-                "--redis-timeout".into(),
-                "100ms".into(),
-            ],
+            valid(&["--ttl", "1s", "--redis-timeout", "100ms"]),
             "",
             "redis.timeout",
         ),
+        (valid(&["--drift-factor", "0.2"]), "", "lease.driftFactor"),
         (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                redis_url.clone(),
-                "--drift-factor".into(),
-                "0.2".into(),
-            ],
-            "",
-            "lease.driftFactor",
-        ),
-        (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                redis_url.clone(),
-                "--redis-password-file".into(),
-                "/nonexistent/pw".into(),
-            ],
+            valid(&["--redis-password-file", "/nonexistent/pw"]),
             "",
             "redis.passwordFile",
         ),
+        (valid(&["--log-format", "xml"]), "", "log.format"),
+        (valid(&["--retry-every", "soon"]), "", "lease.retryEvery"),
+        (args(&["--bogus-flag"]), "", "--bogus-flag"),
         (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                redis_url.clone(),
-                "--log-format".into(),
-                "xml".into(),
-            ],
-            "",
-            "log.format",
-        ),
-        (
-            vec![
-                "--lease".into(),
-                "a".into(),
-                "--redis".into(),
-                redis_url.clone(),
-                "--retry-every".into(),
-                "soon".into(),
-            ],
-            "",
-            "lease.retryEvery",
-        ),
-        (vec!["--bogus-flag".into()], "", "--bogus-flag"),
-        (
-            vec![
-                "--config".into(),
-                write(&dir, "unknown.yaml", &format!("{good}lease2: {{}}\n")),
-            ],
+            args(&[
+                "--config",
+                &write(&dir, "unknown.yaml", &format!("{good}lease2: {{}}\n")),
+            ]),
             "",
             "lease2",
         ),
         (
-            vec![
-                "--config".into(),
-                write(
+            args(&[
+                "--config",
+                &write(
                     &dir,
                     "typo.yaml",
                     "lease: {name: a, tll: 1s}\nredis: {endpoints: [redis://x]}\n",
                 ),
-            ],
+            ]),
             "",
             "tll",
         ),
         (
-            vec!["--config".into(), "/nonexistent/config.yaml".into()],
+            args(&["--config", "/nonexistent/config.yaml"]),
             "",
             "--config",
         ),
         (
-            vec!["--config".into(), write(&dir, "ok.yaml", &good)],
+            args(&["--config", &write(&dir, "ok.yaml", &good)]),
             "REDLOCK_ELECTOR_LEASE_TTL=abc",
             "lease.ttl",
         ),

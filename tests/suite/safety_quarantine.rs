@@ -2,8 +2,8 @@
 //! uptime; a replica or a node whose maxmemory-policy evicts TTL keys never counts, and is
 //! reported in `/metrics`. Each test also shows what happens without the rule.
 
-mod common;
-mod fault;
+use testkit::common;
+use testkit::fault;
 
 use std::time::{Duration, Instant};
 

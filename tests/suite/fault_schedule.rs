@@ -22,8 +22,8 @@
 //! - CI: `cargo test --test fault_schedule` (60 s, seed 1; `FAULT_SEED`, `FAULT_SECONDS` override).
 //! - Soak: `FAULT_SECONDS=1800 FAULT_SEED=$RANDOM cargo test --release --test fault_schedule -- --ignored --nocapture`
 
-mod common;
-mod fault;
+use testkit::common;
+use testkit::fault;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};

@@ -1,8 +1,7 @@
 //! The checker itself, on synthetic histories: it reports what is provable and nothing else.
 //! (That it fails on a real hazard is shown by `safety_empty_restart`.)
 
-mod common;
-mod fault;
+use testkit::fault;
 
 use fault::checker::{Segment, analyze};
 

@@ -9,8 +9,8 @@
 //!
 //! The checker polls both sidecars throughout and must find no overlap.
 
-mod common;
-mod fault;
+use testkit::common;
+use testkit::fault;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! The app-facing HTTP API against the real binary: long-poll, SSE, step-down, errors.
 
-mod common;
+use testkit::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::time::{Duration, Instant};

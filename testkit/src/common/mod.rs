@@ -234,8 +234,8 @@ pub fn clockshift_lib() -> PathBuf {
     use std::sync::OnceLock;
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clockshift/clockshift.c");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let src = crate::repo().join("tests/clockshift/clockshift.c");
+        let dir = crate::profile_dir();
         let out = dir.join("libclockshift.so");
         // Built under a private name, then renamed: test binaries may build it concurrently.
         let tmp = dir.join(format!("libclockshift.{}.so", std::process::id()));
@@ -576,8 +576,26 @@ pub struct Sidecar {
     _dir: tempfile::TempDir,
 }
 
+/// The `redlock-elector` binary cargo built for this test or bench run (it builds the package's
+/// binaries for every integration test and bench): `target/<profile>/redlock-elector`, or
+/// `$REDLOCK_ELECTOR_BIN` when set. A panic that says how to build it when it is missing.
 pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_redlock-elector")
+    use std::sync::OnceLock;
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let path = match std::env::var_os("REDLOCK_ELECTOR_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => crate::profile_dir().join("redlock-elector"),
+        };
+        assert!(
+            path.is_file(),
+            "the sidecar binary {} does not exist: run the tests with `cargo test` (or the bench \
+             with `cargo bench`), which builds it, or build it (`cargo build [--release]`) and \
+             point REDLOCK_ELECTOR_BIN at it",
+            path.display()
+        );
+        path.to_string_lossy().into_owned()
+    })
 }
 
 impl Sidecar {
@@ -750,12 +768,13 @@ impl Drop for Sidecar {
     }
 }
 
-/// A tiny HTTP/1.1 client (one request per connection), so polling is cheap and independent of
-/// the code under test. Returns (status, body).
+/// One HTTP request to a sidecar on loopback; `None` when it cannot be made or answered within
+/// 5 s. Returns (status, body).
 pub fn http(method: &str, port: u16, path: &str) -> Option<(u16, String)> {
     http_timeout(method, port, path, Duration::from_secs(5))
 }
 
+/// [`http`] with its own limit on the whole exchange.
 pub fn http_timeout(
     method: &str,
     port: u16,
@@ -766,6 +785,10 @@ pub fn http_timeout(
 }
 
 /// [`http_timeout`] to another loopback address (the stand-in kubelet's pods listen on their own).
+///
+/// Blocking reqwest, so the sync tests can call it; from async code call it in `spawn_blocking`.
+/// A fresh connection per request (no pool): the tests kill and restart sidecars on the same
+/// ports, and a pooled connection to a dead one would fail a request a new connection passes.
 pub fn http_host(
     method: &str,
     host: &str,
@@ -773,42 +796,25 @@ pub fn http_host(
     path: &str,
     timeout: Duration,
 ) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let addr: std::net::SocketAddr = format!("{host}:{port}").parse().ok()?;
-    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
-    s.set_read_timeout(Some(timeout)).ok()?;
-    s.set_nodelay(true).ok()?;
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Some((status, body))
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
+    use std::sync::OnceLock;
+    static CLIENT: OnceLock<reqwest::blocking::Client> = OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
+        reqwest::blocking::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .tcp_nodelay(true)
+            .build()
+            .expect("build the harness's HTTP client")
+    });
+    let method = reqwest::Method::from_bytes(method.as_bytes()).ok()?;
+    let resp = client
+        .request(method, format!("http://{host}:{port}{path}"))
+        .timeout(timeout)
+        .body("")
+        .send()
+        .ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.text().ok()?))
 }
 
 /// Poll `f` every `every` until it returns `Some` or `timeout` passes.
@@ -862,7 +868,6 @@ pub fn metric_sum(s: &Sidecar, prefix: &str) -> f64 {
     metric_sum_where(s, |l| l.starts_with(prefix))
 }
 
-/// Print a measured figure so it lands in the test output (`--nocapture`) and CI logs.
 /// Return just after the holder of `key` renewed it on `node` (its PTTL jumped up), polling
 /// every 0.5 ms for up to `within`. Lets a test act between two renewals rather than racing one.
 pub fn just_after_renewal(node: &Redis, key: &str, within: Duration) {
@@ -885,6 +890,7 @@ pub fn just_after_renewal(node: &Redis, key: &str, within: Duration) {
     );
 }
 
+/// Print a measured figure so it lands in the test output (`--nocapture`) and CI logs.
 pub fn report(what: &str, value: impl std::fmt::Display) {
     eprintln!("[figure] {what}: {value}");
 }

@@ -5,7 +5,7 @@
 //! permission, refused, timeout, DNS), password rotation while a leader holds the lease, and
 //! `check-config --connect`. No password may appear in any log, metric or check-config output.
 
-mod common;
+use testkit::common;
 
 use std::path::Path;
 use std::process::Command;

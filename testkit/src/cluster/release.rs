@@ -119,6 +119,22 @@ impl Release {
             .filter(|p| !p.terminating && p.pid.is_some())
             .collect()
     }
+
+    /// The sole sidecar leading among the live pods other than `but`, if exactly one does.
+    pub fn leader_besides(&self, but: &str) -> Option<String> {
+        let others: Vec<PodRun> = self.live().into_iter().filter(|p| p.name != but).collect();
+        sidecar_leader(&others)
+    }
+
+    /// SIGKILL `leader`'s sidecar and wait (20 s) until another pod's sidecar leads; returns that
+    /// pod's name. The panic says `what` was expected.
+    pub fn kill_leader(&self, leader: &str, what: &str) -> String {
+        self.kubelet.kill(leader);
+        wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+            self.leader_besides(leader)
+        })
+        .unwrap_or_else(|| panic!("{what}"))
+    }
 }
 
 /// The pod names labelled leader now, as the server has them.

@@ -17,8 +17,8 @@
 //! node at once and the checker
 //! reports both sidecars answering leader at the same time: the checker can fail.
 
-mod common;
-mod fault;
+use testkit::common;
+use testkit::fault;
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! Rollouts of real sidecars, shared by `tests/rollout.rs` and the benchmark: an observer that
+//! Rollouts of real sidecars, shared by `tests/suite/rollout.rs` and the benchmark: an observer that
 //! polls every live sidecar's `/leader` and records the leader over time (and any two leaders
 //! at once), and a rolling replacement of 3 sidecars by 3 of a higher priority.
 
@@ -203,6 +203,24 @@ impl Drop for Observer {
     }
 }
 
+/// Which side of a rollout a sidecar is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Started before the rollout, terminated one at a time during it.
+    Old,
+    /// Started during the rollout, one before each termination (surge 1).
+    New,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Old => "old",
+            Side::New => "new",
+        }
+    }
+}
+
 /// One rolling replacement: 3 old sidecars (priority 1) replaced one at a time by 3 new ones
 /// (priority 2), surge 1: a new one is started, and once it is a ready candidate the next old
 /// one is terminated. The leader among the old ones is terminated at `position` (0-based) of
@@ -216,10 +234,21 @@ pub fn rollout(
 ) -> (usize, Duration, Vec<String>, String) {
     let refs: Vec<&Redis> = nodes.iter().collect();
     let settle = "1s";
+    rollout_by(position, |side, i| {
+        let priority = if side == Side::Old { 1 } else { 2 };
+        let name = format!("{}-{i}", side.name());
+        Sidecar::start(&name, &refs, &opts(lease, prefer, priority, settle))
+    })
+}
+
+/// [`rollout`] with the sidecars started by `start(side, i)` (`i`: 0..3 for the old ones, the
+/// step for the new ones), e.g. as pods of a fake API server.
+pub fn rollout_by(
+    position: usize,
+    mut start: impl FnMut(Side, usize) -> Sidecar,
+) -> (usize, Duration, Vec<String>, String) {
     let observer = Observer::start();
-    let mut old: Vec<Sidecar> = (0..3)
-        .map(|i| Sidecar::start(&format!("old-{i}"), &refs, &opts(lease, prefer, 1, settle)))
-        .collect();
+    let mut old: Vec<Sidecar> = (0..3).map(|i| start(Side::Old, i)).collect();
     for s in &old {
         observer.watch(s);
         wait_candidate_ready(s);
@@ -231,11 +260,7 @@ pub fn rollout(
     let from = Instant::now();
     let mut new = Vec::new();
     for (step, &victim) in order.iter().enumerate() {
-        let s = Sidecar::start(
-            &format!("new-{step}"),
-            &refs,
-            &opts(lease, prefer, 2, settle),
-        );
+        let s = start(Side::New, step);
         observer.watch(&s);
         wait_candidate_ready(&s);
         new.push(s);

@@ -1,6 +1,6 @@
 //! Election end to end: real redis-server processes, the real binary, real signals.
 
-mod common;
+use testkit::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! kube-apiserver with RBAC and TokenRequest, kube-controller-manager), the real `kubectl` and
 //! `helm` beside it, and [`kubelet::Kubelet`], the harness's stand-in for the kubelet.
 //!
-//! What stays on the fake API server (`tests/fakeapi`): only faults a real server cannot be made
+//! What stays on the fake API server (`testkit/src/fakeapi`): only faults a real server cannot be made
 //! to produce on demand (an injected 500, a forced 409 on one request, added latency), because
 //! the fake records and asserts every request. Everything else runs here.
 #![allow(dead_code)]
@@ -20,7 +20,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 /// The repository root.
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::repo().to_path_buf()
 }
 
 /// One control plane, stopped and removed (`control-plane.sh down`) on drop.

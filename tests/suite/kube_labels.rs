@@ -3,8 +3,8 @@
 //! kube client runs).
 //! Every test ends by checking each request the sidecars made against the chart's Role.
 
-mod common;
-mod fakeapi;
+use testkit::common;
+use testkit::fakeapi;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use fakeapi::*;
 use serde_json::json;
 
 const TTL: Duration = Duration::from_secs(1);
-/// The usual SIGKILL failover bound (as in tests/election.rs).
+/// The usual SIGKILL failover bound (as in tests/suite/election.rs).
 const FAILOVER: Duration = Duration::from_millis(1000 + 200 + 500);
 /// Shutdown bound from SPEC (2×redis.timeout + 1s with the 50ms default) plus process slack.
 const SHUTDOWN: Duration = Duration::from_millis(2 * 50 + 1000 + 400);
@@ -63,6 +63,61 @@ fn all_logs(sidecars: &[&Sidecar]) -> String {
         .iter()
         .map(|s| format!("--- {}\n{}", s.identity, s.logs()))
         .collect()
+}
+
+/// Wait for a sole leader among `sidecars` and for the fake's labels to show it (10 s); returns
+/// its index, its identity and the others' identities.
+fn elect_and_label(fake: &FakeApi, sidecars: &[&Sidecar]) -> (usize, String, Vec<String>) {
+    let l = leader_index(sidecars);
+    let leader = sidecars[l].identity.clone();
+    let others: Vec<String> = sidecars
+        .iter()
+        .filter(|s| s.identity != leader)
+        .map(|s| s.identity.clone())
+        .collect();
+    let refs: Vec<&str> = others.iter().map(String::as_str).collect();
+    converge(
+        fake,
+        Some(&leader),
+        &refs,
+        Duration::from_secs(10),
+        sidecars,
+    );
+    (l, leader, others)
+}
+
+/// SIGKILL the leader `sidecars[l]` (it leaves `sidecars`): another leads within [`FAILOVER`],
+/// reported as "`what`, ms". Returns the new leader's index in `sidecars`.
+fn kill_leader(sidecars: &mut Vec<Sidecar>, l: usize, what: &str) -> usize {
+    let mut dead = sidecars.remove(l);
+    let t0 = Instant::now();
+    dead.kill();
+    let rest: Vec<&Sidecar> = sidecars.iter().collect();
+    wait_for(FAILOVER, Duration::from_millis(2), || sole_leader(&rest)).unwrap_or_else(|| {
+        panic!(
+            "{what}: no new leader within {FAILOVER:?}:\n{}",
+            all_logs(&rest)
+        )
+    });
+    report(&format!("{what}, ms"), t0.elapsed().as_millis());
+    leader_index(&rest)
+}
+
+/// Wait until `s` says it leads; the panic says `what` was expected.
+fn wait_leads(s: &Sidecar, within: Duration, what: &str) {
+    wait_for(within, Duration::from_millis(2), || {
+        s.leader().is_leader.then_some(())
+    })
+    .unwrap_or_else(|| panic!("{what}:\n{}", s.logs()));
+}
+
+/// SIGSTOP two of the three nodes: renewals and elections find no quorum until [`thaw_quorum`].
+fn freeze_quorum(nodes: &[Redis]) {
+    nodes[..2].iter().for_each(Redis::stop);
+}
+
+fn thaw_quorum(nodes: &[Redis]) {
+    nodes[..2].iter().for_each(Redis::cont);
 }
 
 /// Wait until the fake shows `leader` (if any) labelled leader and every pod of `followers`
@@ -209,20 +264,7 @@ fn labels_follow_the_leader_through_sigkill_and_sigterm() {
         &["--fencing-token-annotation", "true"],
     );
     let all: Vec<&Sidecar> = sidecars.iter().collect();
-    let l = leader_index(&all);
-    let first_leader = all[l].identity.clone();
-    let others: Vec<&str> = all
-        .iter()
-        .filter(|s| s.identity != first_leader)
-        .map(|s| s.identity.as_str())
-        .collect();
-    converge(
-        &fake,
-        Some(&first_leader),
-        &others,
-        Duration::from_secs(10),
-        &all,
-    );
+    let (l, first_leader, others) = elect_and_label(&fake, &all);
     let token = all[l].leader().fencing_token.unwrap();
     assert_eq!(
         fake.annotation(&first_leader, TOKEN_ANNOTATION),
@@ -243,17 +285,8 @@ fn labels_follow_the_leader_through_sigkill_and_sigterm() {
 
     // SIGKILL: the dead pod keeps its leader label until the new leader demotes it.
     let mark = fake.seq();
-    let mut dead = sidecars.remove(l);
-    let t0 = Instant::now();
-    dead.kill();
+    let l2 = kill_leader(&mut sidecars, l, "SIGKILL failover with kube publishing");
     let rest: Vec<&Sidecar> = sidecars.iter().collect();
-    wait_for(FAILOVER, Duration::from_millis(2), || sole_leader(&rest))
-        .unwrap_or_else(|| panic!("no new leader within {FAILOVER:?}:\n{}", all_logs(&rest)));
-    report(
-        "SIGKILL failover with kube publishing, ms",
-        t0.elapsed().as_millis(),
-    );
-    let l2 = leader_index(&rest);
     let second = rest[l2].identity.clone();
     let third = rest[1 - l2].identity.clone();
     converge(
@@ -284,10 +317,11 @@ fn labels_follow_the_leader_through_sigkill_and_sigterm() {
         r.method == "PATCH" && r.pod() == Some(second.as_str()) && r.role_set() == Some("follower")
     });
     let survivor = sidecars.iter().find(|s| s.identity == third).unwrap();
-    wait_for(Duration::from_secs(2), Duration::from_millis(5), || {
-        survivor.leader().is_leader.then_some(())
-    })
-    .expect("the last sidecar leads after the SIGTERM handover");
+    wait_leads(
+        survivor,
+        Duration::from_secs(2),
+        "the last sidecar leads after the SIGTERM handover",
+    );
     converge(
         &fake,
         Some(&third),
@@ -318,20 +352,7 @@ fn api_server_outage_during_failover_does_not_affect_the_election_and_labels_con
     let nodes = redis_cluster(3, TTL);
     let mut sidecars = start_pods(&fake, &nodes, &["pod-a", "pod-b", "pod-c"], &[]);
     let all: Vec<&Sidecar> = sidecars.iter().collect();
-    let l = leader_index(&all);
-    let first_leader = all[l].identity.clone();
-    let others: Vec<&str> = all
-        .iter()
-        .filter(|s| s.identity != first_leader)
-        .map(|s| s.identity.as_str())
-        .collect();
-    converge(
-        &fake,
-        Some(&first_leader),
-        &others,
-        Duration::from_secs(10),
-        &all,
-    );
+    let (l, first_leader, _) = elect_and_label(&fake, &all);
     assert_eq!(
         fake.annotation(&first_leader, TOKEN_ANNOTATION),
         None,
@@ -339,21 +360,12 @@ fn api_server_outage_during_failover_does_not_affect_the_election_and_labels_con
     );
 
     fake.down();
-    let mut dead = sidecars.remove(l);
-    let t0 = Instant::now();
-    dead.kill();
-    let rest: Vec<&Sidecar> = sidecars.iter().collect();
-    wait_for(FAILOVER, Duration::from_millis(2), || sole_leader(&rest)).unwrap_or_else(|| {
-        panic!(
-            "no new leader within {FAILOVER:?} while the API server is down:\n{}",
-            all_logs(&rest)
-        )
-    });
-    report(
-        "SIGKILL failover with the API server down, ms",
-        t0.elapsed().as_millis(),
+    let l2 = kill_leader(
+        &mut sidecars,
+        l,
+        "SIGKILL failover with the API server down",
     );
-    let l2 = leader_index(&rest);
+    let rest: Vec<&Sidecar> = sidecars.iter().collect();
     let second = rest[l2].identity.clone();
     let follower = rest[1 - l2].identity.clone();
     // Stays leader through repeated failing label updates.
@@ -428,15 +440,8 @@ fn api_errors_and_slowness_are_retried_until_the_labels_converge() {
     let nodes = redis_cluster(3, TTL);
     let sidecars = start_pods(&fake, &nodes, &["pod-a", "pod-b"], &[]);
     let all: Vec<&Sidecar> = sidecars.iter().collect();
-    let l = leader_index(&all);
+    let (l, _, _) = elect_and_label(&fake, &all);
     let (first, second) = (all[l], all[1 - l]);
-    converge(
-        &fake,
-        Some(&first.identity),
-        &[&second.identity],
-        Duration::from_secs(10),
-        &all,
-    );
 
     // The stepping-down leader's patches are refused twice (403), then conflict once (409); the
     // new leader's first list and first two patches fail (500).
@@ -554,15 +559,11 @@ fn leader_demotes_its_own_label_at_its_deadline_while_renewals_hang() {
     let nodes = redis_cluster(3, TTL);
     let sidecars = start_pods(&fake, &nodes, &["pod-a"], &[]);
     let s = &sidecars[0];
-    wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
-        s.leader().is_leader.then_some(())
-    })
-    .expect("pod-a leads");
+    wait_leads(s, Duration::from_secs(5), "pod-a leads");
     converge(&fake, Some("pod-a"), &[], Duration::from_secs(10), &[s]);
     // Two of three nodes stop answering: renewals hang until their timeout and cannot succeed.
     let mark = fake.seq();
-    nodes[0].stop();
-    nodes[1].stop();
+    freeze_quorum(&nodes);
     let t0 = Instant::now();
     let v = s.leader();
     assert!(v.is_leader);
@@ -576,8 +577,7 @@ fn leader_demotes_its_own_label_at_its_deadline_while_renewals_hang() {
         })
     })
     .unwrap_or_else(|| panic!("no self-demotion:\n{}", s.logs()));
-    nodes[0].cont();
-    nodes[1].cont();
+    thaw_quorum(&nodes);
     assert!(
         rec.received + Duration::from_millis(5) >= deadline,
         "demoted {:?} before the deadline",
@@ -602,8 +602,7 @@ fn a_late_stale_patch_never_overwrites_a_newer_state() {
     let fake = FakeApi::start();
     let nodes = redis_cluster(3, TTL);
     // No quorum at first: pod-a starts as a follower.
-    nodes[0].stop();
-    nodes[1].stop();
+    freeze_quorum(&nodes);
     let sidecars = start_pods(&fake, &nodes, &["pod-a"], &[]);
     let s = &sidecars[0];
     converge(&fake, None, &["pod-a"], Duration::from_secs(10), &[s]);
@@ -615,23 +614,21 @@ fn a_late_stale_patch_never_overwrites_a_newer_state() {
             .times(1),
     );
     let mark = fake.seq();
-    nodes[0].cont();
-    nodes[1].cont();
-    wait_for(Duration::from_secs(5), Duration::from_millis(5), || {
-        s.leader().is_leader.then_some(())
-    })
-    .unwrap_or_else(|| panic!("pod-a leads once the nodes answer:\n{}", s.logs()));
+    thaw_quorum(&nodes);
+    wait_leads(
+        s,
+        Duration::from_secs(5),
+        "pod-a leads once the nodes answer",
+    );
     // The term ends (no quorum for renewals) while the promotion is still travelling.
-    nodes[0].stop();
-    nodes[1].stop();
+    freeze_quorum(&nodes);
     let late = wait_for(Duration::from_secs(6), Duration::from_millis(10), || {
         fake.records()
             .into_iter()
             .find(|r| r.seq > mark && r.who == "pod-a" && r.role_set() == Some("leader"))
     })
     .expect("the delayed promotion reaches the server");
-    nodes[0].cont();
-    nodes[1].cont();
+    thaw_quorum(&nodes);
     let recs = fake.records();
     let demoted = recs
         .iter()

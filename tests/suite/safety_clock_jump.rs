@@ -8,8 +8,8 @@
 //! vote in it does not count and the node is quarantined for ttl + margin; with
 //! `--unsafe-disable-clock-check` the checker finds the overlap.
 
-mod common;
-mod fault;
+use testkit::common;
+use testkit::fault;
 
 use std::time::{Duration, Instant};
 

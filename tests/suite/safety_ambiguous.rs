@@ -8,8 +8,8 @@
 //! make a quorum of two. The test watches node 1 directly and measures how long each of the
 //! sidecar's values lives there.
 
-mod common;
-mod fault;
+use testkit::common;
+use testkit::fault;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

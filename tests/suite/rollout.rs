@@ -11,8 +11,8 @@
 //! `/leader` every few milliseconds and records the leader over time; it also fails the test if
 //! two sidecars ever answer `is_leader` at once.
 
-mod common;
-mod fakeapi;
+use testkit::common;
+use testkit::fakeapi;
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -239,44 +239,14 @@ fn kube_rollout(
         s
     };
     let t0 = std::time::SystemTime::now() - Duration::from_secs(3600);
-    let observer = Observer::start();
-    let mut old: Vec<Sidecar> = (0..3)
-        .map(|i| {
-            start(
-                &format!("{tag}-old-{i}"),
-                "rev-1",
-                t0 + Duration::from_secs(i),
-            )
-        })
-        .collect();
-    for s in &old {
-        observer.watch(s);
-        wait_candidate_ready(s);
-    }
-    let leader = wait_leader(&old.iter().collect::<Vec<_>>());
-    let mut order: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
-    order.insert(position, leader);
-    let from = Instant::now();
-    let mut new = Vec::new();
-    for (step, &victim) in order.iter().enumerate() {
-        let s = start(
-            &format!("{tag}-new-{step}"),
-            "rev-2",
-            std::time::SystemTime::now(),
-        );
-        observer.watch(&s);
-        wait_candidate_ready(&s);
-        new.push(s);
-        old[victim].terminate();
-        observer.forget(&old[victim]);
-    }
-    thread::sleep(Duration::from_millis(2500));
-    wait_leader(&new.iter().collect::<Vec<_>>());
-    thread::sleep(Duration::from_millis(100));
-    if let Some(both) = observer.overlap() {
-        panic!("two leaders at once during the rollout: {both}");
-    }
-    observer.changes(from)
+    let (changes, gap, leaders, _) = rollout_by(position, |side, i| {
+        let name = format!("{tag}-{}-{i}", side.name());
+        match side {
+            Side::Old => start(&name, "rev-1", t0 + Duration::from_secs(i as u64)),
+            Side::New => start(&name, "rev-2", std::time::SystemTime::now()),
+        }
+    });
+    (changes, gap, leaders)
 }
 
 #[test]

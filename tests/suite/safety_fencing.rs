@@ -10,8 +10,8 @@
 //! quarantined (the epoch is read back from the node), and every follower remembers the highest
 //! epoch it saw in the nodes' denials while it contended.
 
-mod common;
-mod fault;
+use testkit::common;
+use testkit::fault;
 
 use std::time::Duration;
 

@@ -1,0 +1,27 @@
+//! Every integration test in one binary (one link instead of one per area), a module per area.
+//! The harness they share is the `testkit` crate. The model check (`tests/model.rs`) is its own
+//! binary: CI runs it `--release`.
+//!
+//! Filters: `cargo test --test suite -- election::` runs one area; the control-plane tests are
+//! named `cp_*` (`-- cp_` runs them, `--skip cp_` leaves them out: they need the control plane's
+//! binaries, `scripts/control-plane.sh build`). Filters match substrings: `rollout::` matches
+//! `control_plane_rollout::` too, so add `--skip cp_` when you mean the other areas only.
+
+mod api;
+mod cli;
+mod control_plane;
+mod control_plane_rollout;
+mod election;
+mod fault_schedule;
+mod kube_labels;
+mod managed_redis;
+mod redis_faults;
+mod release;
+mod rollout;
+mod safety_ambiguous;
+mod safety_checker;
+mod safety_clock_jump;
+mod safety_empty_restart;
+mod safety_fencing;
+mod safety_quarantine;
+mod safety_stall;
