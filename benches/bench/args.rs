@@ -20,7 +20,7 @@ pub const SECTIONS: &[&str] = &[
 /// The benchmark suite of redlock-elector: real redis-servers and the release binary, every
 /// figure printed next to its target as met / not met.
 #[derive(Parser, Debug)]
-#[command(name = "bench", about)]
+#[command(name = "bench", bin_name = "cargo bench --bench bench --")]
 pub struct Opts {
     /// Few iterations (CI): figures are printed, nothing fails on timing.
     #[arg(long)]

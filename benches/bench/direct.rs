@@ -68,8 +68,15 @@ impl DirectConn {
     }
 }
 
-/// The scripts a [`Direct::time_cost`] sample runs: acquire, renew, release.
-struct Shas<'a>(&'a str, &'a str, &'a str);
+/// The scripts (by SHA) a [`Direct::time_cost`] sample runs.
+struct Shas<'a> {
+    /// Takes the lease and proposes the fencing epoch.
+    acquire: &'a str,
+    /// Extends the lease.
+    renew: &'a str,
+    /// Gives the lease back.
+    release: &'a str,
+}
 
 impl Direct {
     pub async fn connect(urls: &[String], key: &str) -> Direct {
@@ -137,8 +144,16 @@ impl Direct {
             }
         }
         let new = scripts::scripts();
-        let before = Shas(&old[0], &old[1], &old[2]);
-        let after = Shas(&new.acquire.sha, &new.renew.sha, &new.release.sha);
+        let before = Shas {
+            acquire: &old[0],
+            renew: &old[1],
+            release: &old[2],
+        };
+        let after = Shas {
+            acquire: &new.acquire.sha,
+            renew: &new.renew.sha,
+            release: &new.release.sha,
+        };
         let mut samples: [Vec<f64>; 4] = Default::default();
         for i in 0..iters {
             for (k, shas) in [&before, &after].into_iter().enumerate() {
@@ -159,7 +174,11 @@ impl Direct {
         shas: &Shas<'_>,
         with_time: bool,
     ) -> (f64, f64) {
-        let Shas(acquire, renew, release) = *shas;
+        let Shas {
+            acquire,
+            renew,
+            release,
+        } = *shas;
         let epoch_key = format!("{key}:epoch");
         let next_key = format!("{key}:next");
         let value = format!("bench#{i}");
