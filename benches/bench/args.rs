@@ -1,0 +1,66 @@
+//! The command line: `cargo bench --bench bench -- [--quick] [--json] [--only SECTION,...]`.
+
+use clap::Parser;
+
+/// Every section, in the order they run; `--only` takes a comma-separated subset. `endpoints`
+/// is run by scripts/bench.sh (a control-plane test), not here: it is accepted and skipped.
+pub const SECTIONS: &[&str] = &[
+    "acquire",
+    "tls",
+    "handover",
+    "failover",
+    "rollout",
+    "load",
+    "fanout",
+    "footprint",
+    "binary",
+    "endpoints",
+];
+
+/// The benchmark suite of redlock-elector: real redis-servers and the release binary, every
+/// figure printed next to its target as met / not met.
+#[derive(Parser, Debug)]
+#[command(name = "bench", bin_name = "cargo bench --bench bench --")]
+pub struct Opts {
+    /// Few iterations (CI): figures are printed, nothing fails on timing.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the figures as JSON on stdout (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// All iterations (the default; accepted so a script can say so).
+    #[arg(long)]
+    pub full: bool,
+    /// Run only these sections (comma-separated).
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(SECTIONS))]
+    pub only: Option<Vec<String>>,
+    /// Passed by `cargo bench`; marks a benchmark run, like any option of ours.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+    /// Benchmark name filters `cargo bench NAME` passes on: ignored.
+    #[arg(hide = true)]
+    pub filters: Vec<String>,
+}
+
+impl Opts {
+    /// `None` when started without `--bench` and without any option of ours: that is
+    /// `cargo test --all-targets`, which builds bench targets in the test profile and runs them
+    /// with no arguments. A benchmark in a debug build measures nothing; it is skipped.
+    pub fn parse_run() -> Option<Opts> {
+        let o = Opts::parse();
+        let asked = o.quick || o.json || o.full || o.bench || o.only.is_some();
+        asked.then_some(o)
+    }
+
+    /// Whether `section` runs.
+    pub fn wants(&self, section: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|v| v.iter().any(|s| s == section))
+    }
+
+    /// Iterations: full or quick.
+    pub fn n(&self, full: usize, quick: usize) -> usize {
+        if self.quick { quick } else { full }
+    }
+}

@@ -1,0 +1,12 @@
+//! One module per section (`--only` names): each has a `run` that measures and adds its figures
+//! to the report.
+
+pub mod acquire;
+pub mod failover;
+pub mod fanout;
+pub mod footprint;
+pub mod handover;
+pub mod load;
+pub mod rollout;
+pub mod tls;
+pub mod trio;
