@@ -203,7 +203,7 @@ fn shared(config: &Config, redlock: &Arc<Redlock>, handles: &Handles) -> Shared 
         leadership: handles.leadership.clone(),
         eligibility: {
             let redlock = redlock.clone();
-            Arc::new(move |now| redlock.eligibility(now).into_iter().collect())
+            Arc::new(move |now| redlock.eligibility(now))
         },
         candidacy: handles.candidacy.clone(),
     }

@@ -73,7 +73,11 @@ impl Elector {
         match self.rank() {
             Some(rank) => {
                 let ready = self.ready();
-                let fields = candidates::fields(&rank, ready, pending);
+                let fields = candidates::fields(candidates::OwnFields {
+                    rank: &rank,
+                    ready,
+                    pending,
+                });
                 let candidates = self
                     .redlock
                     .candidates(

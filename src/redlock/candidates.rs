@@ -65,14 +65,26 @@ pub struct Record {
     pub pending: bool,
 }
 
+/// What a sidecar says of itself in its candidate record.
+#[derive(Clone, Copy, Debug)]
+pub struct OwnFields<'a> {
+    /// Its rank.
+    pub rank: &'a Rank,
+    /// Whether it is ready to lead (its standing, e.g. the pod's Ready condition).
+    pub ready: bool,
+    /// It is the leader and a preferred handover is pending.
+    pub pending: bool,
+}
+
 /// Encode the fields a sidecar writes (the script adds expiry and ready-since).
-pub fn fields(rank: &Rank, ready: bool, pending: bool) -> [String; 5] {
+pub fn fields(own: OwnFields<'_>) -> [String; 5] {
+    let flag = |b: bool| if b { "1" } else { "0" }.to_string();
     [
-        if ready { "1" } else { "0" }.to_string(),
-        rank.priority.to_string(),
-        rank.created.to_string(),
-        if pending { "1" } else { "0" }.to_string(),
-        rank.revision.clone(),
+        flag(own.ready),
+        own.rank.priority.to_string(),
+        own.rank.created.to_string(),
+        flag(own.pending),
+        own.rank.revision.clone(),
     ]
 }
 

@@ -126,8 +126,8 @@ impl Redlock {
         math::quorum(self.nodes.len())
     }
 
-    /// Whether each node's yes would count now (endpoint name, counts), for `/leader`.
-    pub fn eligibility(&self, now: Instant) -> Vec<(String, bool)> {
+    /// Whether each node's yes would count now, by endpoint name, for `/leader`.
+    pub fn eligibility(&self, now: Instant) -> std::collections::BTreeMap<String, bool> {
         self.nodes
             .iter()
             .map(|n| (n.name().to_string(), n.counts(now)))
