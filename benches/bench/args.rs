@@ -45,11 +45,17 @@ pub struct Opts {
 impl Opts {
     /// `None` when started without `--bench` and without any option of ours: that is
     /// `cargo test --all-targets`, which builds bench targets in the test profile and runs them
-    /// with no arguments. A benchmark in a debug build measures nothing; it is skipped.
+    /// with the test harness's arguments (`--test-threads=2 --skip cp_`, filters), not ours. A
+    /// benchmark in a debug build measures nothing; it is skipped.
     pub fn parse_run() -> Option<Opts> {
-        let o = Opts::parse();
-        let asked = o.quick || o.json || o.full || o.bench || o.only.is_some();
-        asked.then_some(o)
+        const OURS: &[&str] = &[
+            "--quick", "--json", "--full", "--only", "--bench", "--help", "-h",
+        ];
+        let ours = |a: &String| {
+            OURS.iter()
+                .any(|o| a == o || a.starts_with(&format!("{o}=")))
+        };
+        std::env::args().skip(1).any(|a| ours(&a)).then(Opts::parse)
     }
 
     /// Whether `section` runs.
