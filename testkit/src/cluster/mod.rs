@@ -138,30 +138,25 @@ impl ControlPlane {
 
     /// Stop kube-apiserver alone (SIGTERM, as an operator's restart does).
     pub fn stop_apiserver(&self) {
-        let out = Command::new(repo().join("scripts/control-plane.sh"))
-            .args(["stop"])
-            .arg(&self.dir)
-            .arg("kube-apiserver")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.apiserver("stop");
     }
 
     /// Start it again with the same flags; returns once `/readyz` answers ok.
     pub fn start_apiserver(&self) {
+        self.apiserver("start");
+    }
+
+    /// `scripts/control-plane.sh ACTION DIR kube-apiserver`, which must succeed.
+    fn apiserver(&self, action: &str) {
         let out = Command::new(repo().join("scripts/control-plane.sh"))
-            .args(["start"])
+            .arg(action)
             .arg(&self.dir)
             .arg("kube-apiserver")
             .output()
-            .unwrap();
+            .unwrap_or_else(|e| panic!("scripts/control-plane.sh {action}: {e}"));
         assert!(
             out.status.success(),
-            "{}",
+            "scripts/control-plane.sh {action} kube-apiserver: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
