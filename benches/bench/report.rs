@@ -83,14 +83,7 @@ impl<'a> Spec<'a> {
         limit: f64,
         note: &'a str,
     ) -> Self {
-        let goal = Some(Goal {
-            limit,
-            at_least: false,
-        });
-        Spec {
-            goal,
-            ..Spec::info(name, value, unit, note)
-        }
+        Spec::info(name, value, unit, note).goal(limit, false)
     }
 
     /// A figure whose target is `value >= limit`.
@@ -101,13 +94,14 @@ impl<'a> Spec<'a> {
         limit: f64,
         note: &'a str,
     ) -> Self {
-        let goal = Some(Goal {
-            limit,
-            at_least: true,
-        });
+        Spec::info(name, value, unit, note).goal(limit, true)
+    }
+
+    /// This figure with a target.
+    fn goal(self, limit: f64, at_least: bool) -> Self {
         Spec {
-            goal,
-            ..Spec::info(name, value, unit, note)
+            goal: Some(Goal { limit, at_least }),
+            ..self
         }
     }
 }
