@@ -1,6 +1,6 @@
 //! The command line: `cargo bench --bench bench -- [--quick] [--json] [--only SECTION,...]`.
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 /// Every section, in the order they run; `--only` takes a comma-separated subset. `endpoints`
 /// is run by scripts/bench.sh (a control-plane test), not here: it is accepted and skipped.
@@ -48,14 +48,21 @@ impl Opts {
     /// with the test harness's arguments (`--test-threads=2 --skip cp_`, filters), not ours. A
     /// benchmark in a debug build measures nothing; it is skipped.
     pub fn parse_run() -> Option<Opts> {
-        const OURS: &[&str] = &[
-            "--quick", "--json", "--full", "--only", "--bench", "--help", "-h",
-        ];
-        let ours = |a: &String| {
-            OURS.iter()
+        // Our long options as clap knows them (not a second list to keep in step), and help.
+        let mut ours: Vec<String> = Opts::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(|l| format!("--{l}"))
+            .collect();
+        ours.extend(["--help".into(), "-h".into()]);
+        let is_ours = |a: &str| {
+            ours.iter()
                 .any(|o| a == o || a.starts_with(&format!("{o}=")))
         };
-        std::env::args().skip(1).any(|a| ours(&a)).then(Opts::parse)
+        std::env::args()
+            .skip(1)
+            .any(|a| is_ours(&a))
+            .then(Opts::parse)
     }
 
     /// Whether `section` runs.
