@@ -6,7 +6,7 @@
 #   ./scripts/bench.sh                  full run (about 5 minutes)
 #   ./scripts/bench.sh --quick          few iterations (CI: scripts/check-bench.sh)
 #   ./scripts/bench.sh --json           the figures as JSON on stdout (progress on stderr)
-#   ./scripts/bench.sh --only acquire,tls,handover,failover,rollout,load,fanout,footprint,binary,endpoints
+#   ./scripts/bench.sh --only acquire,tls,handover,failover,rollout,load,fanout,footprint,binary,endpoints,real-node
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -47,4 +47,14 @@ if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",rollout,"* ]]; th
   scripts/control-plane.sh build > /dev/null
   cargo test --locked --release --test suite -- --ignored --nocapture --test-threads=1 \
     cp_real_rolling_updates_ 2>&1 | grep -E '^\[figure\]|^test result' >&2
+fi
+# On the real node (scripts/control-plane.sh up --node: containerd, kubelet, the sidecar from the
+# image scripts/image.sh builds): `kubectl delete pod` of the leader to the leader Service's
+# EndpointSlice listing only the new leader's pod, p50/p99 over 10 rounds (the test in
+# tests/suite/control_plane_node.rs). Full runs only, or `--only real-node`; needs root.
+if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",real-node,"* ]]; then
+  echo "== EndpointSlice switch after kubectl delete pod of the leader, real node (10 rounds)" >&2
+  scripts/control-plane.sh build > /dev/null
+  cargo test --locked --release --test suite -- --ignored --nocapture --test-threads=1 \
+    cp_real_node_endpoint_switch_after_deleting_the_leader 2>&1 | grep -E '^\[figure\]|^test result' >&2
 fi

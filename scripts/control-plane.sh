@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, built from the public Go modules pinned in
 # tests/control-plane/ (etcd, kube-apiserver, kube-controller-manager; kubectl and helm beside
-# them). No kubelet and no scheduler: pods stay Pending unless something plays the kubelet.
+# them). Without --node there is no kubelet and no scheduler: pods stay Pending unless something
+# plays the kubelet (the tests' stand-in). With --node, a real node joins: containerd + runc
+# (Debian packages), the CNI bridge plugin, kube-scheduler and a real kubelet (see "the node" below).
 #
 #   scripts/control-plane.sh build       build (or reuse) the binaries; prints their directory
-#   scripts/control-plane.sh up DIR      start etcd, kube-apiserver, kube-controller-manager with
-#                                        their state, logs and pids in DIR (new or empty); prints
-#                                        DIR/admin.kubeconfig once /readyz answers ok
-#   scripts/control-plane.sh down DIR    stop what `up DIR` started and remove DIR
-#   scripts/control-plane.sh stop DIR kube-apiserver    stop one component (an outage) ...
-#   scripts/control-plane.sh start DIR kube-apiserver   ... and start it again with the same flags
+#   scripts/control-plane.sh up DIR [--node]   start etcd, kube-apiserver, kube-controller-manager
+#                                        with their state, logs and pids in DIR (new or empty);
+#                                        with --node also kube-scheduler, containerd and a kubelet
+#                                        (node `node`, Ready); prints DIR/admin.kubeconfig
+#   scripts/control-plane.sh down DIR    stop what `up DIR` started and remove DIR; nothing is left
+#   scripts/control-plane.sh stop DIR NAME    stop one component (an outage; NAME: etcd, kube-apiserver,
+#   scripts/control-plane.sh start DIR NAME   kube-controller-manager, kube-scheduler, kubelet, containerd)
+#   scripts/control-plane.sh import DIR TAR   import an OCI image tarball into the node's containerd
+#   scripts/control-plane.sh forward DIR PORT...   make the host's 127.0.0.1:PORT reachable from the
+#                                        node and its pods as NODE_IP:PORT (prints NODE_IP)
 #
 # Binaries are cached outside the work tree, one directory per component and version:
 #   ${CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-elector/control-plane}/
@@ -41,7 +47,7 @@ SERVICE_CIDR=10.0.0.0/24
 SERVICE_IP=10.0.0.1   # first address of SERVICE_CIDR: the `kubernetes` Service
 
 die() { echo "control-plane: $*" >&2; exit 1; }
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------------- building
 GO=""
@@ -63,9 +69,10 @@ mod_version() {
 build_component() {
   local name=$1 dir=$2 version=$3 ldflags=$4; shift 4
   local out="$CACHE/$name-$version" want start
-  want="$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${ldflags//$BUILD_DATE/}"; } | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
+  # The packages are part of the key: a cached build without one of them (kubelet, say) is rebuilt.
+  want="$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${ldflags//$BUILD_DATE/}"; echo "$*"; } | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
   if [ "$(cat "$out/.built-from" 2>/dev/null)" = "$want" ]; then return; fi
-  echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold, all three: 10 to 40 min on 2 cores, see README)" >&2
+  echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold, the kubernetes binaries: 10 to 40 min on 2 cores, see README)" >&2
   start=$SECONDS
   rm -rf "$out.tmp"
   (cd "$dir" && CGO_ENABLED=0 nice -n "$NICE" "$GO" build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@") \
@@ -85,6 +92,8 @@ link_bins() {
   ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kube-apiserver" "$1/kube-apiserver"
   ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kube-controller-manager" "$1/kube-controller-manager"
   ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kubectl" "$1/kubectl"
+  ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kube-scheduler" "$1/kube-scheduler"
+  ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kubelet" "$1/kubelet"
   ln -sfn "$CACHE/etcd-$ETCD_VERSION/etcd" "$1/etcd"
   ln -sfn "$CACHE/helm-$HELM_VERSION/helm" "$1/helm"
 }
@@ -114,7 +123,8 @@ build_all() {
   exec 9>"$CACHE/.build.lock"
   flock 9
   build_component kubernetes "$MODS/kubernetes" "$K8S_VERSION" "$ld" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
   # etcd's version is a constant in go.etcd.io/etcd/api/v3/version; only its GitSHA is an ldflag.
   build_component etcd "$MODS/etcd" "$ETCD_VERSION" "-s -w" go.etcd.io/etcd/server/v3
   build_component helm "$MODS/helm" "$HELM_VERSION" \
@@ -157,7 +167,8 @@ make_pki() {
   openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>>"$PKI/openssl.log" || fail pki "$why"
 }
 
-# kubeconfig FILE CERTNAME: a kubeconfig for the apiserver authenticating with $PKI/CERTNAME.
+# kubeconfig FILE CERTNAME: a kubeconfig for the apiserver authenticating with $PKI/CERTNAME
+# (at APISERVER_URL when set, else the host's loopback).
 kubeconfig() {
   cat > "$1" <<EOF
 apiVersion: v1
@@ -165,7 +176,7 @@ kind: Config
 clusters:
 - name: control-plane
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: ${APISERVER_URL:-https://127.0.0.1:$APISERVER_PORT}
     certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
 users:
 - name: $2
@@ -220,8 +231,9 @@ running() {
   local pid exe
   pid="$(cat "$DIR/$1.pid" 2>/dev/null)" || return 1
   exe="$(readlink "/proc/$pid/exe" 2>/dev/null)" || return 1
-  # setsid for the moment before it execs the binary.
-  case "${exe##*/}" in "$1" | setsid) return 0 ;; *) return 1 ;; esac
+  # setsid (and nsenter, for the node's) for the moment before it execs the binary; DIR/NAME.exe
+  # names the binary when it is not NAME (python3 for a forwarder).
+  case "${exe##*/}" in "$1" | "$(cat "$DIR/$1.exe" 2>/dev/null || echo "$1")"* | setsid | nsenter) return 0 ;; *) return 1 ;; esac
 }
 
 # wait_for NAME CHECK...: until CHECK succeeds; fails NAME when its process exits or time runs out.
@@ -246,13 +258,21 @@ stop_one() {
 }
 
 # Reverse start order: the controller manager and apiserver go before their storage.
-stop_all() { stop_one kube-controller-manager; stop_one kube-apiserver; stop_one etcd; }
+stop_all() { node_down || true; stop_one kube-controller-manager; stop_one kube-apiserver; stop_one etcd; }
 
 https_get() { curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$@"; }
 
 # ----------------------------------------------------------------------------------- up/down
 up() {
   local t0=$SECONDS etcd_port peer_port kcm_port
+  if [ "$WITH_NODE" = 1 ]; then
+    case "$DIR" in /run/* | /var/lib/* | /var/log/* | /var/run/*)
+      die "up --node: DIR must not be under /run, /var/lib or /var/log (the node's namespace hides them)" ;; esac
+    node_prereqs
+    # A real node is watched as in a cluster: NotReady after its grace period, taints,
+    # eviction, garbage collection of pods on a gone node.
+    KCM_CONTROLLERS="$KCM_CONTROLLERS,node-lifecycle-controller,taint-eviction-controller,podgc-controller"
+  fi
   mkdir -p "$DIR"
   DIR="$(cd "$DIR" && pwd)"
   [ -z "$(ls -A "$DIR")" ] || die "up: $DIR is not empty (a running control plane? stop it with: $0 down $DIR)"
@@ -267,7 +287,7 @@ up() {
   mkdir -p "$DIR/logs"
   trap 'fail startup "interrupted by a signal"' INT TERM
   make_pki
-  read -r etcd_port peer_port APISERVER_PORT kcm_port < <(free_ports 4) || fail ports "python3 could not find 4 free loopback ports"
+  read -r etcd_port peer_port APISERVER_PORT kcm_port SCHED_PORT < <(free_ports 5) || fail ports "python3 could not find 5 free loopback ports"
   echo "$APISERVER_PORT" > "$DIR/apiserver.port"
 
   # Plain HTTP on loopback, and no fsync: the data dies with DIR anyway.
@@ -304,6 +324,7 @@ up() {
   # Its ServiceAccount controller creates `default` in every namespace; pods need it to be admitted.
   wait_for kube-controller-manager https_get "https://127.0.0.1:$APISERVER_PORT/api/v1/namespaces/default/serviceaccounts/default"
 
+  if [ "$WITH_NODE" = 1 ]; then node_up; fi
   trap - INT TERM
   echo "-- control plane up in $((SECONDS - t0)) s: apiserver https://127.0.0.1:$APISERVER_PORT, binaries in $DIR/bin, logs in $DIR/logs" >&2
   echo "$DIR/admin.kubeconfig"
@@ -323,7 +344,9 @@ apiserver_ready() { [ "$(https_get "https://127.0.0.1:$APISERVER_PORT/readyz")" 
 component() {
   local op=$1 name=$2 cmd=()
   [ -e "$DIR/.control-plane" ] || die "$op: $DIR was not made by '$0 up'"
-  case "$name" in etcd | kube-apiserver | kube-controller-manager) ;; *) die "$op: no component $name" ;; esac
+  case "$name" in etcd | kube-apiserver | kube-controller-manager) ;;
+    kube-scheduler | kubelet | containerd) [ -e "$DIR/node-cgroup" ] || die "$op: $DIR has no node (up DIR --node)" ;;
+    *) die "$op: no component $name" ;; esac
   PKI="$DIR/pki"
   if [ "$op" = stop ]; then stop_one "$name"; return; fi
   ! running "$name" || die "start: $name is running already"
@@ -336,9 +359,285 @@ component() {
   esac
 }
 
+# -------------------------------------------------------------------------------- the node
+# `up DIR --node` adds one real node, named `node`. What it changes on this machine, and how
+# each change is contained (a test, cp_node_down_leaves_nothing, checks that `down` restores all):
+# - its own mount and network namespace, held by DIR/node-ns.pid (`unshare`); containerd, the
+#   shims, the kubelet and the pods live in them. In the mount namespace, fresh tmpfs on /run,
+#   /var/lib and /var/log take the paths the kubelet and containerd hard-code
+#   (/var/lib/kubelet/device-plugins/kubelet.sock, /var/log/containers, /run/containerd/s/...), and
+#   files in DIR are bind-mounted over the /proc/sys entries the kubelet sets at start
+#   (vm.overcommit_memory, kernel.panic, kernel.panic_on_oops, ...), so the host's global values
+#   never change. The network namespace holds lo, a port-less bridge (this kernel has no dummy links) with the node's address
+#   ($NODE_IP) and the service address $SERVICE_IP, and the CNI bridge the pods hang on; nothing
+#   (no link, route or iptables rule) is added to the host's namespace, and the kubelet's
+#   iptables chains are off (makeIPTablesUtilChains: false).
+# - the apiserver and any `forward`ed port stay on the host's 127.0.0.1; scripts/node/netns-forward.py
+#   listens inside the node's namespace and relays (the kubelet and the pods reach the apiserver at
+#   $SERVICE_IP:443, the `kubernetes` Service's address, so in-cluster config works unchanged).
+# - cgroups (v1 here): everything the kubelet makes is under /<CGROUP_ROOT> (cgroupRoot) in each
+#   hierarchy; `down` kills what is in them and removes them.
+# The machine has no CAP_SYS_RESOURCE to lower oom_score_adj: containerd runs with
+# restrict_oom_score_adj and the kubelet with oomScoreAdj: 0. Cgroup v1: failCgroupV1: false.
+NODE_NAME=node
+NODE_IP=10.89.0.1
+POD_CIDR=10.88.0.0/16
+PAUSE_IMAGE=localhost/redlock-elector/pause:3.10.2
+# The kubelet writes these at start; each one is a file of ours in its mount namespace.
+KUBELET_SYSCTLS="vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes"
+
+# ns_pid: the pid holding the node's namespaces.
+ns_pid() { cat "$DIR/node-ns.pid" 2>/dev/null; }
+in_node() { nsenter -t "$(ns_pid)" -m -n -- "$@"; }
+
+node_prereqs() {
+  ensure_apt containerd containerd
+  ensure_apt runc runc
+  [ -x /usr/lib/cni/bridge ] || { echo "-- CNI plugins not found: installing Debian package containernetworking-plugins"; apt_package containernetworking-plugins; }
+  ensure_apt nsenter util-linux
+  ensure_apt ip iproute2
+  ensure_apt cc gcc
+  [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || apt_package libc6-dev
+  [ "$(id -u)" = 0 ] || die "up --node: the kubelet and containerd need root (namespaces, cgroups, mounts)"
+  local fs; fs="$(stat -f -c %T /sys/fs/cgroup)"
+  [ "$fs" = tmpfs ] || [ "$fs" = cgroup2fs ] || die "up --node: /sys/fs/cgroup is $fs, neither cgroup v1 nor v2"
+}
+
+# node_images: the pause image (Kubernetes' build/pause/linux/pause.c, compiled static) and a
+# static busybox for the chart's demo app container, as OCI tarballs in $CACHE/images.
+node_images() {
+  local src="$GOMODCACHE_DIR/k8s.io/kubernetes@$K8S_VERSION/build/pause/linux/pause.c" img="$CACHE/images"
+  mkdir -p "$img"
+  [ -f "$src" ] || (cd "$MODS/kubernetes" && "$GO" mod download k8s.io/kubernetes >/dev/null) \
+    || die "up --node: cannot download k8s.io/kubernetes $K8S_VERSION for build/pause/linux/pause.c"
+  if [ ! -f "$img/pause-$K8S_VERSION.oci.tar" ]; then
+    cc -Os -Wall -static -DVERSION="v3.10.2-$K8S_VERSION" -o "$img/pause" "$src" \
+      || die "up --node: cc -static of $src failed (needs gcc and libc6-dev)"
+    python3 "$REPO/scripts/node/oci-image.py" "$img/pause-$K8S_VERSION.oci.tar" "$PAUSE_IMAGE" \
+      --entrypoint /pause --user 65535:65535 "$img/pause=/pause"
+  fi
+  if [ ! -f "$img/busybox.oci.tar" ]; then
+    local bb=/bin/busybox
+    # Debian's `busybox` is dynamic; the image has no libc, so it needs busybox-static's.
+    dpkg -s busybox-static >/dev/null 2>&1 || apt_package busybox-static
+    python3 "$REPO/scripts/node/oci-image.py" "$img/busybox.oci.tar" localhost/redlock-elector/busybox:1.36 \
+      --entrypoint /bin/sh "$bb=/bin/busybox" "/bin/sh->busybox" "/bin/wget->busybox" "/bin/sed->busybox" \
+      "/bin/sleep->busybox" "/bin/echo->busybox" "/bin/cat->busybox" "/bin/id->busybox" "/bin/touch->busybox"
+  fi
+}
+
+node_config() {
+  local n="$DIR/node"
+  mkdir -p "$n/cni" "$n/cni-state" "$n/containerd" "$n/kubelet" "$n/pod-logs" "$n/sysctl"
+  cat > "$n/containerd.toml" <<CFG
+version = 2
+root = "$n/containerd/root"
+state = "$n/containerd/state"
+# opt would create /opt/containerd on the host; the others are snapshotters this node never uses.
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "$n/containerd.sock"
+[ttrpc]
+  address = "$n/containerd.sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # No CAP_SYS_RESOURCE here: never set an oom_score_adj below containerd's own.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$n/cni"
+CFG
+  cat > "$n/cni/10-bridge.conflist" <<CNI
+{"cniVersion": "0.4.0", "name": "node", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$n/cni-state", "ranges": [[{"subnet": "$POD_CIDR"}]],
+            "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "loopback"}]}
+CNI
+  cert kubelet "system:node:$NODE_NAME" system:nodes || fail pki "openssl could not make the kubelet's certificate"
+  # The kubelet reaches the apiserver through the forwarder at the `kubernetes` Service's address.
+  APISERVER_URL="https://$SERVICE_IP:443" kubeconfig "$n/kubelet.kubeconfig" kubelet
+  cat > "$n/kubelet.yaml" <<KCFG
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$n/containerd.sock
+cgroupDriver: cgroupfs
+cgroupRoot: /$CGROUP_ROOT
+# cgroup v1 is all this machine has; kubelet 1.35+ refuses it unless told otherwise.
+failCgroupV1: false
+# No CAP_SYS_RESOURCE: the default -999 cannot be set.
+oomScoreAdj: 0
+makeIPTablesUtilChains: false
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+podLogsDir: $n/pod-logs
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: AlwaysAllow}
+# The images are imported, never pulled: nothing may garbage-collect them (pause included).
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+KCFG
+  cert kube-scheduler system:kube-scheduler || fail pki "openssl could not make the scheduler's certificate"
+  kubeconfig "$DIR/kube-scheduler.kubeconfig" kube-scheduler
+}
+
+# node_namespaces: the holder process and its namespaces (see the top of this section).
+node_namespaces() {
+  local n="$DIR/node" f d _
+  # The kubelet's sysctls: copies with the host's current values, bind-mounted in its namespace.
+  for f in $KUBELET_SYSCTLS; do cat "/proc/sys/$f" > "$n/sysctl/${f//\//.}"; done
+  rm -f "$n/ns-ready"
+  setsid unshare --mount --net --propagation private -- sh -euc '
+    n=$1
+    for d in /run /var/lib /var/log; do mount -t tmpfs -o mode=755 node-$(basename $d) $d; done
+    for f in '"$KUBELET_SYSCTLS"'; do mount --bind "$n/sysctl/$(echo $f | tr / .)" /proc/sys/$f; done
+    ip link set lo up
+    ip link add node0 type bridge
+    ip addr add '"$NODE_IP"'/24 dev node0
+    ip addr add '"$SERVICE_IP"'/32 dev node0
+    ip link set node0 up
+    ip route add default dev node0
+    touch "$n/ns-ready"
+    exec sleep infinity' node-ns "$n" >> "$DIR/logs/node-ns.log" 2>&1 < /dev/null &
+  echo "$!" > "$DIR/node-ns.pid"
+  echo sleep > "$DIR/node-ns.exe"
+  for _ in $(seq 100); do [ -e "$n/ns-ready" ] && return 0; sleep 0.1; done
+  fail node-ns "the node's namespaces were not ready after 10 s"
+}
+
+node_cgroups() {
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    case "$h" in */unified/) continue ;; esac
+    mkdir -p "$h$CGROUP_ROOT"
+    # A v1 cpuset cgroup takes no task until it has cpus and mems.
+    if [ -e "$h/cpuset.cpus" ]; then
+      cat "$h/cpuset.cpus" > "$h$CGROUP_ROOT/cpuset.cpus"
+      cat "$h/cpuset.mems" > "$h$CGROUP_ROOT/cpuset.mems"
+    fi
+  done
+}
+
+node_ready() {
+  [ "$(https_get "https://127.0.0.1:$APISERVER_PORT/api/v1/nodes/$NODE_NAME" | python3 -c '
+import json, sys
+n = json.load(sys.stdin)
+print(next((c["status"] for c in n["status"].get("conditions", []) if c["type"] == "Ready"), ""))' 2>/dev/null)" = True ]
+}
+
+# node_up: after the control plane of `up` is running.
+node_up() {
+  local t0=$SECONDS n="$DIR/node"
+  GOMODCACHE_DIR="$("$GO" env GOMODCACHE)"
+  node_images
+  CGROUP_ROOT="redlock-elector-node-$(echo "$DIR" | sha256sum | cut -c1-12)"
+  echo "$CGROUP_ROOT" > "$DIR/node-cgroup"
+  node_config
+  node_cgroups
+  node_namespaces
+  start forward-apiserver python3 "$REPO/scripts/node/netns-forward.py" "/proc/$(ns_pid)/ns/net" \
+    "$SERVICE_IP:443=127.0.0.1:$APISERVER_PORT"
+  echo python3 > "$DIR/forward-apiserver.exe"
+  start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$DIR/kube-scheduler.kubeconfig" \
+    --authentication-kubeconfig "$DIR/kube-scheduler.kubeconfig" --authorization-kubeconfig "$DIR/kube-scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false
+  start containerd nsenter -t "$(ns_pid)" -m -n -- containerd --config "$n/containerd.toml"
+  wait_for containerd ctr --address "$n/containerd.sock" version
+  node_import "$CACHE/images/pause-$K8S_VERSION.oci.tar"
+  node_import "$CACHE/images/busybox.oci.tar"
+  start kubelet nsenter -t "$(ns_pid)" -m -n -- "$BIN/kubelet" --config "$n/kubelet.yaml" \
+    --kubeconfig "$n/kubelet.kubeconfig" --root-dir "$n/kubelet" --cert-dir "$n/kubelet/pki" \
+    --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 2
+  wait_for kubelet node_ready
+  wait_for kube-scheduler curl -skf --max-time 2 "https://127.0.0.1:$SCHED_PORT/healthz"
+  echo "-- node $NODE_NAME Ready in $((SECONDS - t0)) s (containerd, kubelet, kube-scheduler; logs in $DIR/logs)" >&2
+}
+
+node_import() {
+  ctr --address "$DIR/node/containerd.sock" -n k8s.io images import --no-unpack=false "$1" >> "$DIR/logs/import.log" 2>&1 \
+    || { tail -n 5 "$DIR/logs/import.log" >&2; die "import: ctr could not import $1 (log: $DIR/logs/import.log)"; }
+}
+
+# node_kill_all: every process of the node: the namespace holders' members, the containers in
+# its cgroups (they have mount namespaces of their own), the forwarders.
+node_kill_all() {
+  local ns pid cg _ left
+  ns="$(readlink "/proc/$(ns_pid)/ns/mnt" 2>/dev/null || true)"
+  cg="$(cat "$DIR/node-cgroup" 2>/dev/null || true)"
+  for _ in $(seq 50); do
+    left=""
+    if [ -n "$ns" ]; then
+      for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+        [ "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" = "$ns" ] && { kill -KILL "$pid" 2>/dev/null || true; left=1; }
+      done
+    fi
+    if [ -n "$cg" ]; then
+      for pid in $(find /sys/fs/cgroup/*/"$cg" -name cgroup.procs -exec cat {} + 2>/dev/null); do
+        kill -KILL "$pid" 2>/dev/null || true; left=1
+      done
+    fi
+    [ -n "$left" ] || break
+    sleep 0.1
+  done
+}
+
+node_down() {
+  local cg f
+  [ -e "$DIR/node-cgroup" ] || return 0
+  # The kubelet first (it would restart what dies), then the runtime, then whatever is left.
+  stop_one kubelet
+  stop_one kube-scheduler
+  stop_one containerd
+  node_kill_all
+  rm -f "$DIR/node-ns.pid"
+  for f in "$DIR"/forward-*.pid; do [ -e "$f" ] || continue; f="${f##*/}"; stop_one "${f%.pid}"; done
+  cg="$(cat "$DIR/node-cgroup")"
+  # Deepest first: rmdir refuses a cgroup with children.
+  find /sys/fs/cgroup/*/"$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  if compgen -G "/sys/fs/cgroup/*/$cg" > /dev/null; then
+    echo "control-plane: down: could not remove every cgroup under /sys/fs/cgroup/*/$cg" >&2
+    return 1
+  fi
+  rm -f "$DIR/node-cgroup"
+}
+
+# forward DIR PORT...: the host's 127.0.0.1:PORT reachable in the node's namespace on every
+# address there (pods use $NODE_IP:PORT). One forwarder per call; `down` stops them.
+forward() {
+  local maps=() p i=0
+  [ -e "$DIR/node-cgroup" ] || die "forward: $DIR has no node (up DIR --node)"
+  for p in "$@"; do maps+=("0.0.0.0:$p=127.0.0.1:$p"); done
+  while [ -e "$DIR/forward-$i.pid" ]; do i=$((i + 1)); done
+  start "forward-$i" python3 "$REPO/scripts/node/netns-forward.py" "/proc/$(ns_pid)/ns/net" "${maps[@]}"
+  echo python3 > "$DIR/forward-$i.exe"
+  for _ in $(seq 50); do grep -q listening "$DIR/logs/forward-$i.log" 2>/dev/null && { echo "$NODE_IP"; return; }; running "forward-$i" || break; sleep 0.1; done
+  cat "$DIR/logs/forward-$i.log" >&2
+  die "forward: the forwarder did not start"
+}
+
 case "${1:-}" in
   build) [ $# -eq 1 ] || usage; ensure_apt flock util-linux; build_all; echo "$CACHE/bin" ;;
-  up) [ $# -eq 2 ] || usage; DIR=$2; up ;;
+  up) [ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$3" = --node ]; } || usage; DIR=$2; WITH_NODE=0; [ $# -eq 2 ] || WITH_NODE=1; up ;;
+  import) [ $# -eq 3 ] || usage; DIR="$(cd "$2" && pwd)"; [ -e "$DIR/node-cgroup" ] || die "import: $DIR has no node (up DIR --node)"; node_import "$(realpath "$3")" ;;
+  forward) [ $# -ge 3 ] || usage; DIR="$(cd "$2" && pwd)"; shift 2; forward "$@" ;;
   down) [ $# -eq 2 ] || usage; DIR=$2; down ;;
   stop | start) [ $# -eq 3 ] || usage; DIR="$(cd "$2" && pwd)"; component "$1" "$3" ;;
   *) usage ;;

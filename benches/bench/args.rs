@@ -3,7 +3,8 @@
 use clap::{CommandFactory, Parser};
 
 /// Every section, in the order they run; `--only` takes a comma-separated subset. `endpoints`
-/// is run by scripts/bench.sh (a control-plane test), not here: it is accepted and skipped.
+/// and `real-node` are run by scripts/bench.sh (control-plane tests), not here: they are accepted
+/// and skipped.
 pub const SECTIONS: &[&str] = &[
     "acquire",
     "tls",
@@ -15,6 +16,7 @@ pub const SECTIONS: &[&str] = &[
     "footprint",
     "binary",
     "endpoints",
+    "real-node",
 ];
 
 /// The benchmark suite of redlock-elector: real redis-servers and the release binary, every

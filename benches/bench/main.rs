@@ -7,7 +7,7 @@
 //!   ./scripts/bench.sh [--quick] [--json]
 //!
 //! Sections (`args::SECTIONS`): `acquire`, `tls`, `handover`, `failover`, `rollout`, `load`,
-//! `fanout`, `footprint`, `binary`; `endpoints` is scripts/bench.sh's. `--quick` runs few
+//! `fanout`, `footprint`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's. `--quick` runs few
 //! iterations (CI); figures are printed, nothing ever fails on timing. The process exits
 //! non-zero only when the benchmark itself breaks (a sidecar that never leads, a missing
 //! `redis-server`). Run by `cargo test --all-targets` (a debug build, no arguments) it does

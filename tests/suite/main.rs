@@ -10,6 +10,7 @@
 mod api;
 mod cli;
 mod control_plane;
+mod control_plane_node;
 mod control_plane_rollout;
 mod election;
 mod fault_schedule;

@@ -9,6 +9,7 @@
 
 mod container;
 pub mod kubelet;
+pub mod node;
 pub mod release;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +42,11 @@ impl ControlPlane {
     /// Start one. A missing prerequisite (Go for a cold build, openssl, ...) fails loudly with
     /// what the script said, never skips.
     pub fn up() -> ControlPlane {
+        ControlPlane::start(&[])
+    }
+
+    /// `up DIR` with `extra` arguments (`--node`).
+    fn start(extra: &[&str]) -> ControlPlane {
         let tmp = tempfile::Builder::new()
             .prefix("redlock-elector-cp")
             .tempdir()
@@ -50,11 +56,12 @@ impl ControlPlane {
         let out = Command::new(repo().join("scripts/control-plane.sh"))
             .arg("up")
             .arg(&dir)
+            .args(extra)
             .output()
             .expect("run scripts/control-plane.sh");
         assert!(
             out.status.success(),
-            "scripts/control-plane.sh up {} failed (these tests need the real control plane; \
+            "scripts/control-plane.sh up {} {extra:?} failed (these tests need the real control plane; \
              build it with `scripts/control-plane.sh build`, which needs Go 1.26 and the Go module \
              proxy):\n{}",
             dir.display(),
@@ -69,7 +76,11 @@ impl ControlPlane {
             .unwrap();
         let client = rt.block_on(client_from(&kubeconfig));
         crate::common::report(
-            "control plane start (up, binaries cached)",
+            if extra.is_empty() {
+                "control plane start (up, binaries cached)"
+            } else {
+                "control plane + real node start (up --node, binaries cached)"
+            },
             format!("{start_time:?}"),
         );
         ControlPlane {

@@ -1,0 +1,625 @@
+//! The chart on a real node: `scripts/control-plane.sh up DIR --node` (containerd + runc, the CNI
+//! bridge, kube-scheduler and a real kubelet 1.37, in their own mount and network namespace),
+//! the sidecar run from the image `scripts/image.sh` builds, imported into the node's
+//! containerd, installed with the real `helm`. The redis-servers run on the host's loopback; the
+//! pods reach them through the node's forwarder (`control-plane.sh forward`). The stand-in
+//! kubelet plays no part here.
+//!
+//! - `down` leaves the machine as it found it: processes, mounts, cgroups, sysctls, links,
+//!   iptables, the kubelet's and containerd's default paths (before/after, and the sysctls also
+//!   while the kubelet runs);
+//! - `helm install`: the native sidecar starts before the app, one leader is labelled, the
+//!   leader Service's EndpointSlice lists exactly that pod; the sidecar runs as 65532 on a
+//!   read-only root filesystem under the chart's memory limit (RSS printed), Ready by the
+//!   kubelet's probes;
+//! - `kubectl delete pod` of the leader: the kubelet's SIGTERM reaches the sidecar after the app
+//!   container stopped, the lease is released and the other pod leads; then `kubectl rollout
+//!   restart` and `helm upgrade` each move leadership exactly once with the chart's defaults;
+//! - a lost node (kubelet and containerd stopped, the pods left running): what the sidecars, the
+//!   label and the leader Service do, printed as figures (docs/operating/real-node.md).
+
+use testkit::cluster;
+use testkit::common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use cluster::ControlPlane;
+use cluster::node::{BUSYBOX, HostState, sidecar_image};
+use cluster::release::{ROLE_KEY, labelled_leaders, watch_roles};
+use common::*;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::ListParams;
+
+const NS: &str = "real";
+const RELEASE: &str = "el";
+const SIDECAR: &str = "redlock-elector";
+const APP: &str = "app";
+
+/// The control plane with its node, the image imported, three redis-servers the pods reach.
+struct RealNode {
+    cp: ControlPlane,
+    _redis: Vec<Redis>,
+    endpoints: Vec<String>,
+    _values: tempfile::TempDir,
+    values: std::path::PathBuf,
+}
+
+impl RealNode {
+    fn up() -> RealNode {
+        let image = sidecar_image();
+        let cp = ControlPlane::up_with_node();
+        let t0 = Instant::now();
+        cp.import_image(&image.tar);
+        report(
+            "ctr images import of the sidecar image",
+            format!("{:?}", t0.elapsed()),
+        );
+        let redis: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
+        let ports: Vec<u16> = redis.iter().map(|r| r.port).collect();
+        let node_ip = cp.forward(&ports);
+        let endpoints = ports
+            .iter()
+            .map(|p| format!("redis://{node_ip}:{p}"))
+            .collect();
+        let dir = tempdir();
+        let values = dir.path().join("values.yaml");
+        RealNode {
+            cp,
+            _redis: redis,
+            endpoints,
+            _values: dir,
+            values,
+        }
+    }
+
+    /// `helm install --wait` with the chart's defaults, except: the image imported here
+    /// (`pullPolicy: Never`: nothing is pulled), the redis endpoints, and an app container
+    /// (static busybox) that logs its start and its SIGTERM and exits on it.
+    fn install(&self, replicas: u32) {
+        let image = sidecar_image();
+        let (bb_repo, bb_tag) = BUSYBOX.rsplit_once(':').unwrap();
+        let eps: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| format!("      - {e}"))
+            .collect();
+        std::fs::write(
+            &self.values,
+            format!(
+                "image:\n  repository: {}\n  tag: \"{}\"\n  pullPolicy: Never\n\
+                 workload:\n  replicas: {replicas}\n\
+                 config:\n  redis:\n    endpoints:\n{}\n\
+                 app:\n  image:\n    repository: {bb_repo}\n    tag: \"{bb_tag}\"\n    pullPolicy: Never\n\
+                 \x20 command: [sh, -c, 'trap \"echo app: SIGTERM; exit 0\" TERM; echo app: started; \
+                 while true; do sleep 1 & wait $!; done']\n\
+                 \x20 ports:\n    - name: http\n      containerPort: 8080\n",
+                image.repository(),
+                image.tag(),
+                eps.join("\n")
+            ),
+        )
+        .unwrap();
+        self.cp.kubectl(&["create", "namespace", NS]);
+        let chart = cluster::repo().join("charts/redlock-elector");
+        let t0 = Instant::now();
+        self.cp.helm(&[
+            "install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "-n",
+            NS,
+            "-f",
+            self.values.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "240s",
+        ]);
+        report(
+            "helm install --wait on the real node (pods Ready by the kubelet)",
+            format!("{:?}", t0.elapsed()),
+        );
+    }
+
+    fn pods(&self) -> Vec<Pod> {
+        let api: Api<Pod> = Api::namespaced(self.cp.client.clone(), NS);
+        let sel = format!("app.kubernetes.io/instance={RELEASE}");
+        self.cp
+            .block_on(api.list(&ListParams::default().labels(&sel)))
+            .unwrap()
+            .items
+    }
+
+    fn pod(&self, name: &str) -> Pod {
+        let api: Api<Pod> = Api::namespaced(self.cp.client.clone(), NS);
+        self.cp.block_on(api.get(name)).unwrap()
+    }
+
+    /// The running, non-terminating pods.
+    fn live(&self) -> Vec<Pod> {
+        self.pods()
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| sidecar_pid(&self.cp, p).is_some())
+            .collect()
+    }
+
+    /// `GET /leader` of a pod's sidecar, from inside the pod's network namespace.
+    fn view(&self, pod: &Pod) -> Option<View> {
+        let pid = sidecar_pid(&self.cp, pod)?;
+        let body = self.cp.http_in(pid, 4040, "/leader")?;
+        serde_json::from_str(&body).ok()
+    }
+
+    /// The one live pod whose sidecar leads, if exactly one does.
+    fn sidecar_leader(&self) -> Option<String> {
+        let l: Vec<String> = self
+            .live()
+            .iter()
+            .filter(|p| self.view(p).is_some_and(|v| v.is_leader))
+            .map(|p| name(p))
+            .collect();
+        (l.len() == 1).then(|| l[0].clone())
+    }
+
+    /// One sidecar leads and exactly that pod is labelled leader.
+    fn converged(&self, timeout: Duration) -> String {
+        wait_for(timeout, Duration::from_millis(100), || {
+            let l = self.sidecar_leader()?;
+            (labelled_leaders(&self.cp, NS) == [l.clone()]).then_some(l)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no converged leader within {timeout:?}: labelled {:?}, sidecar logs:\n{}",
+                labelled_leaders(&self.cp, NS),
+                self.logs()
+            )
+        })
+    }
+
+    fn logs(&self) -> String {
+        self.pods()
+            .iter()
+            .map(|p| {
+                format!(
+                    "--- {}\n{}",
+                    name(p),
+                    self.cp.pod_log(NS, &name(p), SIDECAR)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The ready addresses of the leader Service's EndpointSlices.
+    fn leader_slice(&self) -> BTreeSet<String> {
+        let api: Api<EndpointSlice> = Api::namespaced(self.cp.client.clone(), NS);
+        let sel = format!("kubernetes.io/service-name={RELEASE}-redlock-elector-leader");
+        self.cp
+            .block_on(api.list(&ListParams::default().labels(&sel)))
+            .unwrap()
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+            .flat_map(|e| e.addresses.clone())
+            .collect()
+    }
+
+    /// Wait until the leader Service's slice lists exactly `pod`'s IP; when it did.
+    fn slice_lists_only(&self, pod: &str, timeout: Duration) -> Instant {
+        let ip = pod_ip(&self.pod(pod));
+        wait_for(timeout, Duration::from_millis(10), || {
+            (self.leader_slice() == BTreeSet::from([ip.clone()])).then(Instant::now)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the leader Service's EndpointSlice never listed only {pod} ({ip}): {:?}",
+                self.leader_slice()
+            )
+        })
+    }
+}
+
+fn name(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap()
+}
+
+fn pod_ip(p: &Pod) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap_or_default()
+}
+
+/// The host pid of a pod's running sidecar (a native sidecar: an init container).
+fn sidecar_pid(cp: &ControlPlane, pod: &Pod) -> Option<u32> {
+    let st = pod.status.as_ref()?;
+    let c = st
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == SIDECAR)?;
+    c.state.as_ref()?.running.as_ref()?;
+    cp.container_pid(c.container_id.as_deref()?)
+}
+
+/// The CRI timestamp of the first log line containing `needle`.
+fn log_time(log: &str, needle: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    log.lines()
+        .find(|l| l.contains(needle))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+}
+
+/// `pid`'s `/proc/PID/status` field (`Uid`, `VmRSS`, ...).
+fn proc_status(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn cp_node_down_leaves_nothing_behind() {
+    let before = HostState::read();
+    let cp = ControlPlane::up_with_node();
+    // A pod, so that there are sandboxes, mounts, a pod network and pod cgroups to clean up.
+    let (bb_repo, bb_tag) = BUSYBOX.rsplit_once(':').unwrap();
+    cp.kubectl(&[
+        "run",
+        "probe",
+        &format!("--image={bb_repo}:{bb_tag}"),
+        "--image-pull-policy=Never",
+        "--command",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    cp.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/probe",
+        "--timeout=120s",
+    ]);
+    let during = HostState::read();
+    assert_eq!(
+        during.sysctls, before.sysctls,
+        "the kubelet changed the host's sysctls while it ran"
+    );
+    assert!(
+        during.processes.iter().any(|p| p.ends_with(" kubelet"))
+            && during.processes.iter().any(|p| p.ends_with(" busybox")),
+        "the kubelet and the pod run: {:?}",
+        during.processes
+    );
+    report(
+        "real node: processes of the node and its pod while up",
+        during.processes.len(),
+    );
+    report(
+        "real node: cgroup directories made under its cgroupRoot while up",
+        during.cgroups.len(),
+    );
+    let t0 = Instant::now();
+    drop(cp);
+    report("real node: down", format!("{:?}", t0.elapsed()));
+    let after = HostState::read();
+    assert_eq!(after.processes, before.processes, "processes left behind");
+    assert_eq!(after.mounts, before.mounts, "mounts left behind");
+    assert_eq!(after.cgroups, before.cgroups, "cgroups left behind");
+    assert_eq!(after.sysctls, before.sysctls, "sysctls changed");
+    assert_eq!(after.network, before.network, "links or netns left behind");
+    assert_eq!(after.iptables, before.iptables, "iptables chains left behind");
+    assert_eq!(after.paths, before.paths, "default paths created");
+}
+
+#[test]
+fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
+    let rn = RealNode::up();
+    rn.install(2);
+    let cp = &rn.cp;
+    let leader = rn.converged(Duration::from_secs(60));
+    let t = rn.slice_lists_only(&leader, Duration::from_secs(30));
+    let _ = t;
+
+    // Start order and what the kubelet enforced, pod by pod.
+    for p in rn.live() {
+        let n = name(&p);
+        let side = cp.pod_log(NS, &n, SIDECAR);
+        let app = cp.pod_log(NS, &n, APP);
+        let side_t = log_time(&side, "").expect("the sidecar logged");
+        let app_t = log_time(&app, "app: started").expect("the app logged its start");
+        assert!(
+            side_t < app_t,
+            "{n}: the app started ({app_t}) before the sidecar's first line ({side_t})"
+        );
+        report(
+            "real node: sidecar's first log line to the app's start (startup probe passed)",
+            format!("{:?}", side_t.duration_until(app_t)),
+        );
+        let st = p.status.clone().unwrap();
+        let ready = st
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let started = st.init_container_statuses.iter().flatten().any(|c| {
+            c.name == SIDECAR && c.started == Some(true) && c.ready
+        });
+        assert!(
+            ready && started,
+            "{n}: Ready and the sidecar started/ready by the kubelet's probes: {st:?}"
+        );
+        let pid = sidecar_pid(cp, &p).unwrap();
+        let uid = proc_status(pid, "Uid");
+        assert!(
+            uid.split_whitespace().all(|u| u == "65532"),
+            "{n}: the sidecar runs as 65532, not {uid}"
+        );
+        let root_ro = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+            .unwrap()
+            .lines()
+            .find(|l| l.split_whitespace().nth(4) == Some("/"))
+            .is_some_and(|l| l.split_whitespace().nth(5).unwrap().split(',').any(|o| o == "ro"));
+        assert!(root_ro, "{n}: the sidecar's root filesystem is read-only");
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let mem = cg
+            .lines()
+            .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
+            .expect("a memory cgroup");
+        let limit = std::fs::read_to_string(format!(
+            "/sys/fs/cgroup/memory{mem}/memory.limit_in_bytes"
+        ))
+        .unwrap();
+        assert_eq!(limit.trim(), (64 * 1024 * 1024).to_string(), "{n}: limit 64Mi");
+        report(
+            "real node: sidecar RSS (VmRSS) under the 64Mi limit",
+            proc_status(pid, "VmRSS"),
+        );
+    }
+    assert_eq!(rn.live().len(), 2);
+
+    // kubectl delete pod of the leader.
+    let roles = watch_roles(cp, NS);
+    let t0 = Instant::now();
+    cp.kubectl(&["delete", "pod", &leader, "-n", NS, "--wait=false"]);
+    let next = wait_for(Duration::from_secs(30), Duration::from_millis(20), || {
+        let l = rn.sidecar_leader()?;
+        (l != leader).then_some(l)
+    })
+    .unwrap_or_else(|| panic!("no other pod led after deleting {leader}:\n{}", rn.logs()));
+    let handover = t0.elapsed();
+    let switched = rn.slice_lists_only(&next, Duration::from_secs(30)) - t0;
+    report(
+        "real node: kubectl delete pod of the leader -> another sidecar leads",
+        format!("{handover:?}"),
+    );
+    report(
+        "real node: kubectl delete pod of the leader -> EndpointSlice lists only the new leader",
+        format!("{switched:?}"),
+    );
+    // The order the kubelet stopped them in: the app first, then the sidecar, which released.
+    let gone = wait_for(Duration::from_secs(60), Duration::from_millis(100), || {
+        let side = cp.pod_log(NS, &leader, SIDECAR);
+        side.contains("releas").then_some(side)
+    });
+    let side = gone.unwrap_or_else(|| cp.pod_log(NS, &leader, SIDECAR));
+    let app = cp.pod_log(NS, &leader, APP);
+    let app_term = log_time(&app, "app: SIGTERM").expect("the app got SIGTERM");
+    let side_term = log_time(&side, "SIGTERM received")
+        .unwrap_or_else(|| panic!("the sidecar got SIGTERM; its log:\n{side}"));
+    assert!(
+        app_term < side_term,
+        "native sidecar order: the app's SIGTERM ({app_term}) before the sidecar's ({side_term})"
+    );
+    assert!(
+        side.contains("releasing the lease"),
+        "the deleted leader's sidecar released the lease:\n{side}"
+    );
+    report(
+        "real node: app's SIGTERM -> sidecar's SIGTERM (kubelet, native sidecar order)",
+        format!("{:?}", app_term.duration_until(side_term)),
+    );
+    let leads: Vec<String> = roles
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r == "leader")
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert_eq!(leads, [next.clone()], "one new leader labelled after the delete");
+
+    // Wait for the replacement, then a rollout restart and a helm upgrade: one move each.
+    wait_for(Duration::from_secs(120), Duration::from_millis(200), || {
+        (rn.live().len() == 2).then_some(())
+    })
+    .expect("the Deployment replaced the deleted pod");
+    let mut current = rn.converged(Duration::from_secs(60));
+    for (what, args) in [
+        (
+            "kubectl rollout restart",
+            vec![
+                "kubectl".to_string(),
+                "rollout".into(),
+                "restart".into(),
+                format!("deployment/{RELEASE}-redlock-elector"),
+                "-n".into(),
+                NS.into(),
+            ],
+        ),
+        (
+            "helm upgrade (new revision)",
+            vec![
+                "helm".to_string(),
+                "upgrade".into(),
+                RELEASE.into(),
+                cluster::repo()
+                    .join("charts/redlock-elector")
+                    .display()
+                    .to_string(),
+                "-n".into(),
+                NS.into(),
+                "-f".into(),
+                rn.values.display().to_string(),
+                "--set".into(),
+                "workload.podAnnotations.revision=2".into(),
+            ],
+        ),
+    ] {
+        let roles = watch_roles(cp, NS);
+        let t0 = Instant::now();
+        let refs: Vec<&str> = args[1..].iter().map(|s| s.as_str()).collect();
+        match args[0].as_str() {
+            "kubectl" => cp.kubectl(&refs),
+            _ => cp.helm(&refs),
+        };
+        cp.kubectl(&[
+            "rollout",
+            "status",
+            &format!("deployment/{RELEASE}-redlock-elector"),
+            "-n",
+            NS,
+            "--timeout=300s",
+        ]);
+        // The last old pod is gone and one new pod leads.
+        let new = wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
+            (rn.pods().len() == 2).then_some(())?;
+            let l = rn.sidecar_leader()?;
+            (labelled_leaders(cp, NS) == [l.clone()]).then_some(l)
+        })
+        .unwrap_or_else(|| panic!("{what}: no converged leader after the rollout"));
+        let leads: Vec<String> = roles
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, r)| r == "leader" && *p != current)
+            .map(|(p, _)| p.clone())
+            .collect();
+        report(
+            &format!("real node: {what}: rollout time"),
+            format!("{:?}", t0.elapsed()),
+        );
+        report(
+            &format!("real node: {what}: leadership changes"),
+            leads.len(),
+        );
+        assert_eq!(
+            leads,
+            [new.clone()],
+            "{what}: leadership moved exactly once, to the new pod {new}"
+        );
+        current = new;
+    }
+}
+
+#[test]
+fn cp_real_node_lost_node_keeps_one_leader() {
+    let rn = RealNode::up();
+    rn.install(2);
+    let cp = &rn.cp;
+    let leader = rn.converged(Duration::from_secs(60));
+    rn.slice_lists_only(&leader, Duration::from_secs(30));
+    // The node is lost: its kubelet and its runtime stop; the containers run on under their
+    // shims, as on a node whose kubelet crashed or lost the apiserver.
+    let t0 = Instant::now();
+    cp.stop_component("kubelet");
+    cp.stop_component("containerd");
+    let nodes: Api<Node> = Api::all(cp.client.clone());
+    let not_ready = wait_for(Duration::from_secs(120), Duration::from_millis(500), || {
+        let n = cp.block_on(nodes.get("node")).ok()?;
+        n.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status != "True")
+            .then(|| t0.elapsed())
+    })
+    .expect("the node lifecycle controller marked the node not Ready");
+    report("lost node: node not Ready after", format!("{not_ready:?}"));
+    let slice_empty = wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
+        rn.leader_slice().is_empty().then(|| t0.elapsed())
+    });
+    report(
+        "lost node: leader Service's EndpointSlice without ready endpoints after",
+        format!("{slice_empty:?}"),
+    );
+    // The sidecars still run and still reach Redis: the same one leads, and no second one.
+    let mut samples = 0;
+    while t0.elapsed() < not_ready + Duration::from_secs(15) {
+        let leaders: Vec<String> = rn
+            .pods()
+            .iter()
+            .filter(|p| rn.view(p).is_some_and(|v| v.is_leader))
+            .map(name)
+            .collect();
+        assert!(leaders.len() <= 1, "two leaders on a lost node: {leaders:?}");
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let labelled = labelled_leaders(cp, NS);
+    report(
+        "lost node: sidecar leader / labelled leaders at the end",
+        format!("{:?} / {labelled:?} ({samples} samples)", rn.sidecar_leader()),
+    );
+    assert_eq!(rn.sidecar_leader(), Some(leader.clone()), "the leader kept leading");
+    assert_eq!(labelled, [leader.clone()], "the label stays on the leader");
+    let p = rn.pod(&leader);
+    let ready = p
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status);
+    report("lost node: the leader pod's Ready condition", format!("{ready:?}"));
+    let _ = ROLE_KEY;
+}
+
+/// `./scripts/bench.sh --only real-node`: the EndpointSlice switch after `kubectl delete pod`
+/// of the leader, p50/p99 over 10 rounds.
+#[test]
+#[ignore = "benchmark: ./scripts/bench.sh --only real-node (about 3 minutes)"]
+fn cp_real_node_endpoint_switch_after_deleting_the_leader() {
+    const ROUNDS: usize = 10;
+    let rn = RealNode::up();
+    rn.install(2);
+    let cp = &rn.cp;
+    let mut switches = vec![];
+    let mut handovers = vec![];
+    for _ in 0..ROUNDS {
+        wait_for(Duration::from_secs(120), Duration::from_millis(200), || {
+            (rn.live().len() == 2 && rn.pods().len() == 2).then_some(())
+        })
+        .expect("two pods");
+        let leader = rn.converged(Duration::from_secs(60));
+        rn.slice_lists_only(&leader, Duration::from_secs(30));
+        let t0 = Instant::now();
+        cp.kubectl(&["delete", "pod", &leader, "-n", NS, "--wait=false"]);
+        let next = wait_for(Duration::from_secs(30), Duration::from_millis(10), || {
+            let l = rn.sidecar_leader()?;
+            (l != leader).then_some(l)
+        })
+        .expect("another pod leads");
+        handovers.push(t0.elapsed());
+        switches.push(rn.slice_lists_only(&next, Duration::from_secs(30)) - t0);
+    }
+    switches.sort();
+    handovers.sort();
+    let pct = |v: &[Duration], p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    report(
+        "real node: kubectl delete pod of the leader -> EndpointSlice lists only the new leader, p50",
+        format!("{:?}", pct(&switches, 0.5)),
+    );
+    report(
+        &format!(
+            "real node: kubectl delete pod of the leader -> EndpointSlice lists only the new leader, p99 ({ROUNDS} rounds)"
+        ),
+        format!("{:?}", pct(&switches, 0.99)),
+    );
+    report(
+        "real node: kubectl delete pod of the leader -> another sidecar leads, p50",
+        format!("{:?}", pct(&handovers, 0.5)),
+    );
+}
