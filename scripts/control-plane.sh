@@ -271,7 +271,7 @@ up() {
     node_prereqs
     # A real node is watched as in a cluster: NotReady after its grace period, taints,
     # eviction, garbage collection of pods on a gone node.
-    KCM_CONTROLLERS="$KCM_CONTROLLERS,node-lifecycle-controller,taint-eviction-controller,podgc-controller"
+    KCM_CONTROLLERS="$KCM_CONTROLLERS,node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller"
   fi
   mkdir -p "$DIR"
   DIR="$(cd "$DIR" && pwd)"

@@ -258,7 +258,10 @@ fn proc_status(pid: u32, field: &str) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+        .find_map(|l| {
+            l.strip_prefix(&format!("{field}:"))
+                .map(|v| v.trim().to_string())
+        })
         .unwrap_or_default()
 }
 
@@ -312,7 +315,10 @@ fn cp_node_down_leaves_nothing_behind() {
     assert_eq!(after.cgroups, before.cgroups, "cgroups left behind");
     assert_eq!(after.sysctls, before.sysctls, "sysctls changed");
     assert_eq!(after.network, before.network, "links or netns left behind");
-    assert_eq!(after.iptables, before.iptables, "iptables chains left behind");
+    assert_eq!(
+        after.iptables, before.iptables,
+        "iptables chains left behind"
+    );
     assert_eq!(after.paths, before.paths, "default paths created");
 }
 
@@ -346,9 +352,11 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
             .iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
-        let started = st.init_container_statuses.iter().flatten().any(|c| {
-            c.name == SIDECAR && c.started == Some(true) && c.ready
-        });
+        let started = st
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.name == SIDECAR && c.started == Some(true) && c.ready);
         assert!(
             ready && started,
             "{n}: Ready and the sidecar started/ready by the kubelet's probes: {st:?}"
@@ -363,18 +371,27 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
             .unwrap()
             .lines()
             .find(|l| l.split_whitespace().nth(4) == Some("/"))
-            .is_some_and(|l| l.split_whitespace().nth(5).unwrap().split(',').any(|o| o == "ro"));
+            .is_some_and(|l| {
+                l.split_whitespace()
+                    .nth(5)
+                    .unwrap()
+                    .split(',')
+                    .any(|o| o == "ro")
+            });
         assert!(root_ro, "{n}: the sidecar's root filesystem is read-only");
         let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
         let mem = cg
             .lines()
             .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
             .expect("a memory cgroup");
-        let limit = std::fs::read_to_string(format!(
-            "/sys/fs/cgroup/memory{mem}/memory.limit_in_bytes"
-        ))
-        .unwrap();
-        assert_eq!(limit.trim(), (64 * 1024 * 1024).to_string(), "{n}: limit 64Mi");
+        let limit =
+            std::fs::read_to_string(format!("/sys/fs/cgroup/memory{mem}/memory.limit_in_bytes"))
+                .unwrap();
+        assert_eq!(
+            limit.trim(),
+            (64 * 1024 * 1024).to_string(),
+            "{n}: limit 64Mi"
+        );
         report(
             "real node: sidecar RSS (VmRSS) under the 64Mi limit",
             proc_status(pid, "VmRSS"),
@@ -430,7 +447,11 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
         .filter(|(_, r)| r == "leader")
         .map(|(p, _)| p.clone())
         .collect();
-    assert_eq!(leads, [next.clone()], "one new leader labelled after the delete");
+    assert_eq!(
+        leads,
+        [next.clone()],
+        "one new leader labelled after the delete"
+    );
 
     // Wait for the replacement, then a rollout restart and a helm upgrade: one move each.
     wait_for(Duration::from_secs(120), Duration::from_millis(200), || {
@@ -554,16 +575,26 @@ fn cp_real_node_lost_node_keeps_one_leader() {
             .filter(|p| rn.view(p).is_some_and(|v| v.is_leader))
             .map(name)
             .collect();
-        assert!(leaders.len() <= 1, "two leaders on a lost node: {leaders:?}");
+        assert!(
+            leaders.len() <= 1,
+            "two leaders on a lost node: {leaders:?}"
+        );
         samples += 1;
         std::thread::sleep(Duration::from_millis(200));
     }
     let labelled = labelled_leaders(cp, NS);
     report(
         "lost node: sidecar leader / labelled leaders at the end",
-        format!("{:?} / {labelled:?} ({samples} samples)", rn.sidecar_leader()),
+        format!(
+            "{:?} / {labelled:?} ({samples} samples)",
+            rn.sidecar_leader()
+        ),
     );
-    assert_eq!(rn.sidecar_leader(), Some(leader.clone()), "the leader kept leading");
+    assert_eq!(
+        rn.sidecar_leader(),
+        Some(leader.clone()),
+        "the leader kept leading"
+    );
     assert_eq!(labelled, [leader.clone()], "the label stays on the leader");
     let p = rn.pod(&leader);
     let ready = p
@@ -573,7 +604,10 @@ fn cp_real_node_lost_node_keeps_one_leader() {
         .into_iter()
         .find(|c| c.type_ == "Ready")
         .map(|c| c.status);
-    report("lost node: the leader pod's Ready condition", format!("{ready:?}"));
+    report(
+        "lost node: the leader pod's Ready condition",
+        format!("{ready:?}"),
+    );
     let _ = ROLE_KEY;
 }
 

@@ -30,7 +30,8 @@ impl Image {
 }
 
 /// Build the sidecar's image once per test process with `scripts/image.sh build` (the release
-/// binary the Dockerfile's way, then the OCI tarball); a failure fails the test with its output.
+/// binary the Dockerfile's way, then the OCI tarball; its stdout is the reference, e.g.
+/// `ghcr.io/redlock-elector/redlock-elector:<version>`); a failure fails the test with its output.
 pub fn sidecar_image() -> &'static Image {
     static IMAGE: OnceLock<Image> = OnceLock::new();
     IMAGE.get_or_init(|| {
@@ -48,11 +49,18 @@ pub fn sidecar_image() -> &'static Image {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let version = env!("CARGO_PKG_VERSION");
-        Image {
-            tar,
-            reference: format!("ghcr.io/redlock-elector/redlock-elector:{version}"),
-        }
+        // It prints the image's reference on stdout.
+        let reference = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        assert!(
+            reference.contains(':'),
+            "scripts/image.sh build printed no image reference: {reference:?}"
+        );
+        Image { tar, reference }
     })
 }
 
@@ -257,7 +265,11 @@ impl HostState {
             .flatten()
             .map(|e| format!("link {}", e.file_name().to_string_lossy()))
             .collect();
-        for e in std::fs::read_dir("/run/netns").into_iter().flatten().flatten() {
+        for e in std::fs::read_dir("/run/netns")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             network.insert(format!("netns {}", e.file_name().to_string_lossy()));
         }
         let iptables = Command::new("iptables-save")
