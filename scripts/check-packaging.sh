@@ -82,6 +82,28 @@ grep -q "kubeVersion" "$OUT/helm-cli.log" \
   || { cat "$OUT/helm-cli.log"; die "helm template at 1.28 failed, but not on the chart's kubeVersion"; }
 echo "    1.28: refused by kubeVersion ($(tr -d '\n' < "$OUT/helm-cli.log" | cut -c1-120))"
 
+# The post-renderer route for third-party charts, through the helm CLI itself: the plugin
+# installed into a private plugin dir, `helm template --post-renderer` of a stand-in chart.
+step "helm CLI: the post-renderer plugin (scripts/helm-post-renderer) on a third-party chart"
+rm -rf "$OUT/helm-plugins" && mkdir -p "$OUT/helm-plugins"
+HELM_PLUGINS="$OUT/helm-plugins" "$HELM_BIN" plugin install scripts/helm-post-renderer > "$OUT/helm-cli.log" 2>&1 \
+  || { cat "$OUT/helm-cli.log"; die "helm plugin install scripts/helm-post-renderer failed"; }
+PATH="$VENV/bin:$PATH" HELM_PLUGINS="$OUT/helm-plugins" "$HELM_BIN" template shop tests/packaging/third-party-chart -n shop \
+  --post-renderer redlock-elector-sidecar \
+  --post-renderer-args "--config=$REPO/manifests/example-existing-workload/config.yaml" \
+  --post-renderer-args StatefulSet/shop-db > "$OUT/post-rendered.yaml" 2> "$OUT/helm-cli.log" \
+  || { cat "$OUT/helm-cli.log"; die "helm template --post-renderer redlock-elector-sidecar failed"; }
+"$PY" - "$OUT/post-rendered.yaml" <<'EOF2' || die "the post-rendered StatefulSet lacks the native sidecar"
+import sys, yaml
+objs = [o for o in yaml.safe_load_all(open(sys.argv[1])) if o]
+(db,) = [o for o in objs if o["kind"] == "StatefulSet"]
+inits = {c["name"]: c.get("restartPolicy") for c in db["spec"]["template"]["spec"]["initContainers"]}
+assert inits.get("redlock-elector") == "Always", inits
+(ui,) = [o for o in objs if o["kind"] == "Deployment"]
+assert "initContainers" not in ui["spec"]["template"]["spec"], "shop-ui was not named"
+print(f"    StatefulSet/shop-db init containers {list(inits)}; {len(objs)} objects")
+EOF2
+
 # ---------------------------------------------------------------------- kubernetes-validate
 validate() {
   # kubernetes-validate has no schemas for CRDs (PodMonitor, PrometheusRule); it warns and those
@@ -95,7 +117,7 @@ validate() {
   grep -h . "$log" | sed 's/^/    /' || true
 }
 step "kubernetes-validate --strict, Kubernetes $KUBE_MIN and $KUBE_NEWEST: rendered chart"
-validate "$OUT"/rendered/*.yaml
+validate "$OUT"/rendered/*.yaml "$OUT/post-rendered.yaml"
 echo "    $(cat "$OUT"/rendered/*.yaml | grep -c '^kind:') objects valid"
 step "prometheus-operator objects against the CRD models"
 "$PY" tests/packaging/validate_crds.py "$OUT"/rendered/*.yaml | sed 's/^/    /'
