@@ -341,7 +341,11 @@ fn cp_the_sidecar_component_on_a_plain_deployment_passes_the_real_servers_valida
         "-o",
         "jsonpath={range .spec.template.spec.initContainers[*]}{.name}={.restartPolicy}{\"\\n\"}{end}",
     ]);
-    assert_eq!(inits.trim(), "redlock-elector=Always", "web's init containers: {inits}");
+    assert_eq!(
+        inits.trim(),
+        "redlock-elector=Always",
+        "web's init containers: {inits}"
+    );
     let worker = cp.kubectl(&[
         "-n",
         ns,
