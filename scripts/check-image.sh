@@ -7,7 +7,9 @@
 #      a temporary directory (the machine's containerd, if any, is not touched), `ctr -n k8s.io images
 #      import`, and `ctr run` of the imported image's entrypoint (`--version`) as the image's user;
 #      the private containerd is stopped and its directory removed afterwards;
-#   3. skopeo (Debian's) reads it: `skopeo inspect oci-archive:` gives the same digest and config.
+#   3. skopeo (Debian's) reads it: `skopeo inspect oci-archive:` gives the same digest and config;
+#   4. the release workflow's push steps work on it: crane push of the layout by digest and crane
+#      index append, to crane's in-memory registry on loopback (ghcr.io itself is not reachable).
 # Prints the image size and the build and import times. Idempotent; installs what it needs.
 #
 #   scripts/check-image.sh              build the image, then check it
@@ -145,6 +147,41 @@ trap - EXIT
 left="$(pgrep -a -f "$CT" || true; ls -d /sys/fs/cgroup/"$CT_ID" /sys/fs/cgroup/*/"$CT_ID" 2>/dev/null || true)"
 [ -z "$left" ] || die "processes or cgroups of the private containerd are left: $left"
 echo "    private containerd stopped; its directory, mounts, processes and the container's cgroups are gone"
+
+# ------------------------------------------------------------------------- release rehearsal
+# The release workflow's push steps (.github/workflows/release.yml), against crane's own in-memory
+# registry on loopback instead of ghcr.io: the archive unpacked and pushed by digest, then the
+# multi-arch index (here with this machine's one architecture; the workflow adds arm64's).
+step "release rehearsal: crane push of the layout by digest, crane index append, to a loopback registry"
+CRANE="$(scripts/image.sh crane)"
+RH="$(mktemp -d -t check-image-release.XXXXXX)"
+"$CRANE" registry serve --address 127.0.0.1:0 > "$RH/registry.log" 2>&1 &
+RH_PID=$!
+trap 'kill "$RH_PID" 2>/dev/null || true; rm -rf "$RH"' EXIT
+for _ in $(seq 100); do
+  port="$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$RH/registry.log")"; [ -z "$port" ] || break; sleep 0.1
+done
+[ -n "$port" ] || die "crane registry serve did not start"
+repo="127.0.0.1:$port/redlock-elector/redlock-elector"
+mkdir "$RH/layout" && tar -C "$RH/layout" -xf "$ARCHIVE"
+"$CRANE" push "$RH/layout" "$repo:${REF##*:}-$(uname -m)" --image-refs "$RH/ref" > "$RH/push.log" 2>&1 \
+  || { cat "$RH/push.log"; die "crane push of the OCI layout failed"; }
+"$CRANE" index append -m "$(cat "$RH/ref")" -t "$repo:${REF##*:}" > "$RH/index.log" 2>&1 \
+  || { cat "$RH/index.log"; die "crane index append failed"; }
+"$CRANE" manifest "$repo:${REF##*:}" > "$RH/index.json"
+python3 - "$RH/index.json" "$ARCHIVE" <<'EOF2' || die "the pushed index does not hold the archive's image for this platform"
+import json, sys, tarfile
+index = json.load(open(sys.argv[1]))
+digest = json.load(tarfile.open(sys.argv[2]).extractfile("index.json"))["manifests"][0]["digest"]
+(m,) = index["manifests"]
+assert index["mediaType"] == "application/vnd.oci.image.index.v1+json", index["mediaType"]
+assert m["digest"] == digest and m["platform"]["os"] == "linux", m
+print(f"    index {index['mediaType']}: {m['platform']['os']}/{m['platform']['architecture']} -> {digest} (the archive's image)")
+EOF2
+kill "$RH_PID" 2>/dev/null || true
+wait "$RH_PID" 2>/dev/null || true
+rm -rf "$RH"
+trap - EXIT
 
 mib() { awk "BEGIN{printf \"%.1f\", $1/1048576}"; }
 size="$(stat -c %s "$ARCHIVE")"
