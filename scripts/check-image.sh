@@ -74,6 +74,7 @@ EOF
 
 # ------------------------------------------------------------------------- containerd import + run
 step "containerd: ctr -n k8s.io images import into a private containerd, then ctr run"
+[ "$(id -u)" = 0 ] || die "a private containerd (and ctr run) needs root: run this check as root (CI does), e.g. sudo -E scripts/check-image.sh"
 CT="$(mktemp -d -t check-image-containerd.XXXXXX)"
 CT_PID=""
 CT_ID="check-image-$$"
