@@ -553,9 +553,12 @@ node_up() {
   node_config
   node_cgroups
   node_namespaces
-  start forward-apiserver python3 "$REPO/scripts/node/netns-forward.py" "/proc/$(ns_pid)/ns/net" \
+  # The interpreter itself, not a wrapper (pyenv's shim is a shell script), so `running` knows it.
+  python3 -c 'import sys; print(sys.executable)' > "$DIR/python"
+  start forward-apiserver "$(cat "$DIR/python")" "$REPO/scripts/node/netns-forward.py" "/proc/$(ns_pid)/ns/net" \
     "$SERVICE_IP:443=127.0.0.1:$APISERVER_PORT"
-  echo python3 > "$DIR/forward-apiserver.exe"
+  basename "$(cat "$DIR/python")" > "$DIR/forward-apiserver.exe"
+  wait_for forward-apiserver grep -q listening "$DIR/logs/forward-apiserver.log"
   start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$DIR/kube-scheduler.kubeconfig" \
     --authentication-kubeconfig "$DIR/kube-scheduler.kubeconfig" --authorization-kubeconfig "$DIR/kube-scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false
@@ -626,11 +629,15 @@ forward() {
   [ -e "$DIR/node-cgroup" ] || die "forward: $DIR has no node (up DIR --node)"
   for p in "$@"; do maps+=("0.0.0.0:$p=127.0.0.1:$p"); done
   while [ -e "$DIR/forward-$i.pid" ]; do i=$((i + 1)); done
-  start "forward-$i" python3 "$REPO/scripts/node/netns-forward.py" "/proc/$(ns_pid)/ns/net" "${maps[@]}"
-  echo python3 > "$DIR/forward-$i.exe"
-  for _ in $(seq 50); do grep -q listening "$DIR/logs/forward-$i.log" 2>/dev/null && { echo "$NODE_IP"; return; }; running "forward-$i" || break; sleep 0.1; done
-  cat "$DIR/logs/forward-$i.log" >&2
-  die "forward: the forwarder did not start"
+  start "forward-$i" "$(cat "$DIR/python")" "$REPO/scripts/node/netns-forward.py" "/proc/$(ns_pid)/ns/net" "${maps[@]}"
+  basename "$(cat "$DIR/python")" > "$DIR/forward-$i.exe"
+  local deadline=$((SECONDS + START_TIMEOUT))
+  until grep -q listening "$DIR/logs/forward-$i.log" 2>/dev/null; do
+    running "forward-$i" && [ "$SECONDS" -lt "$deadline" ] || {
+      cat "$DIR/logs/forward-$i.log" >&2; stop_one "forward-$i"; die "forward: the forwarder did not start"; }
+    sleep 0.1
+  done
+  echo "$NODE_IP"
 }
 
 case "${1:-}" in

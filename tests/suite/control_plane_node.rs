@@ -51,6 +51,7 @@ impl RealNode {
     fn up() -> RealNode {
         let image = sidecar_image();
         let cp = ControlPlane::up_with_node();
+        cp.keep_pod_logs();
         let t0 = Instant::now();
         cp.import_image(&image.tar);
         report(
@@ -202,7 +203,7 @@ impl RealNode {
             .unwrap()
             .items
             .iter()
-            .flat_map(|s| s.endpoints.iter())
+            .flat_map(|s| s.endpoints.iter().flatten())
             .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
             .flat_map(|e| e.addresses.clone())
             .collect()

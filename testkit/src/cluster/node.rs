@@ -139,10 +139,39 @@ impl ControlPlane {
         })
     }
 
-    /// What the kubelet wrote for one container (`podLogsDir`), every restart's file in order.
-    /// The lines are CRI log lines: `TIMESTAMP STREAM TAG MESSAGE`.
+    /// Keep every container log the kubelet writes, also after the pod is gone (the kubelet
+    /// removes a deleted pod's logs, last lines included, within about a second): a thread
+    /// hard-links each new log file into `DIR/node/kept-logs` every 20 ms, so the file lives on
+    /// with all containerd writes to it. Runs until the node's directory is removed.
+    pub fn keep_pod_logs(&self) {
+        let from = self.dir.join("node/pod-logs");
+        let to = self.dir.join("node/kept-logs");
+        std::fs::create_dir_all(&to).unwrap();
+        std::thread::spawn(move || {
+            while from.exists() {
+                for pod in std::fs::read_dir(&from).into_iter().flatten().flatten() {
+                    for c in std::fs::read_dir(pod.path()).into_iter().flatten().flatten() {
+                        for f in std::fs::read_dir(c.path()).into_iter().flatten().flatten() {
+                            let dest = to
+                                .join(pod.file_name())
+                                .join(c.file_name())
+                                .join(f.file_name());
+                            if !dest.exists() {
+                                let _ = std::fs::create_dir_all(dest.parent().unwrap());
+                                let _ = std::fs::hard_link(f.path(), &dest);
+                            }
+                        }
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+    }
+
+    /// What the kubelet wrote for one container (`podLogsDir`, as kept by [`Self::keep_pod_logs`]),
+    /// every restart's file in order. The lines are CRI log lines: `TIMESTAMP STREAM TAG MESSAGE`.
     pub fn pod_log(&self, ns: &str, pod: &str, container: &str) -> String {
-        let base = self.dir.join("node/pod-logs");
+        let base = self.dir.join("node/kept-logs");
         let prefix = format!("{ns}_{pod}_");
         let mut text = String::new();
         for d in std::fs::read_dir(&base).into_iter().flatten().flatten() {
