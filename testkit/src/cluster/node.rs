@@ -150,7 +150,11 @@ impl ControlPlane {
         std::thread::spawn(move || {
             while from.exists() {
                 for pod in std::fs::read_dir(&from).into_iter().flatten().flatten() {
-                    for c in std::fs::read_dir(pod.path()).into_iter().flatten().flatten() {
+                    for c in std::fs::read_dir(pod.path())
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                    {
                         for f in std::fs::read_dir(c.path()).into_iter().flatten().flatten() {
                             let dest = to
                                 .join(pod.file_name())
