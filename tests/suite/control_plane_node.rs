@@ -649,7 +649,16 @@ fn cp_real_node_endpoint_switch_after_deleting_the_leader() {
             (rn.live().len() == 2 && rn.pods().len() == 2).then_some(())
         })
         .expect("two pods");
-        let leader = rn.converged(Duration::from_secs(60));
+        // A replacement pod counts no votes for a ttl (it watches the nodes' clocks first) and,
+        // being newest, takes the lead once settled: round starts once both are over, so each
+        // round measures a handover to a pod that can lead at once.
+        let leader = wait_for(Duration::from_secs(90), Duration::from_millis(200), || {
+            let l = rn.converged(Duration::from_secs(60));
+            let views: Vec<View> = rn.live().iter().filter_map(|p| rn.view(p)).collect();
+            (views.len() == 2 && views.iter().all(|v| v.eligible && !v.handover_pending))
+                .then_some(l)
+        })
+        .expect("both pods eligible, no handover pending");
         rn.slice_lists_only(&leader, Duration::from_secs(30));
         let t0 = Instant::now();
         cp.kubectl(&["delete", "pod", &leader, "-n", NS, "--wait=false"]);
