@@ -18,7 +18,10 @@ ensure_apt strip binutils       # the image's binary is stripped
 ensure_apt cc gcc               # the harness builds tests/clockshift (an LD_PRELOAD that steps Redis's wall clock)
 
 # The control-plane tests (tests/suite/control_plane*.rs, test names cp_*) need etcd, kube-apiserver,
-# kube-controller-manager, kubectl and helm built from their Go modules (tests/control-plane/).
+# kube-controller-manager, kube-scheduler, kubelet, kubectl and helm built from their Go modules
+# (tests/control-plane/). The real-node ones (control_plane_node.rs) also need root, and install
+# containerd, runc, the CNI plugins and busybox-static from Debian when missing
+# (scripts/control-plane.sh up --node); they build the image with scripts/image.sh.
 # A cold build takes 10-40 min on 2 cores, so it starts now, in the background (cached after the
 # first run), and those tests run last. No Go, or a failed build, fails the run loudly.
 CP_BUILD_LOG="$(mktemp -t control-plane-build.XXXXXX)"

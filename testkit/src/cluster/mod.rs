@@ -1,6 +1,8 @@
 //! A real Kubernetes control plane for the tests: `scripts/control-plane.sh up` (etcd,
 //! kube-apiserver with RBAC and TokenRequest, kube-controller-manager), the real `kubectl` and
-//! `helm` beside it, and [`kubelet::Kubelet`], the harness's stand-in for the kubelet.
+//! `helm` beside it, and [`kubelet::Kubelet`], the harness's stand-in for the kubelet; or, with
+//! `up --node` ([`ControlPlane::up_with_node`], [`node`]), a real node: containerd, kube-scheduler
+//! and a real kubelet (docs/operating/real-node.md).
 //!
 //! What stays on the fake API server (`testkit/src/fakeapi`): only faults a real server cannot be made
 //! to produce on demand (an injected 500, a forced 409 on one request, added latency), because
