@@ -6,6 +6,7 @@
 # (Debian packages), the CNI bridge plugin, kube-scheduler and a real kubelet (see "the node" below).
 #
 #   scripts/control-plane.sh build       build (or reuse) the binaries; prints their directory
+#   scripts/control-plane.sh prereqs     install what --node needs from Debian when missing
 #   scripts/control-plane.sh up DIR [--node]   start etcd, kube-apiserver, kube-controller-manager
 #                                        with their state, logs and pids in DIR (new or empty);
 #                                        with --node also kube-scheduler, containerd and a kubelet
@@ -47,7 +48,7 @@ SERVICE_CIDR=10.0.0.0/24
 SERVICE_IP=10.0.0.1   # first address of SERVICE_CIDR: the `kubernetes` Service
 
 die() { echo "control-plane: $*" >&2; exit 1; }
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # --------------------------------------------------------------------------------- building
 GO=""
@@ -642,6 +643,7 @@ forward() {
 
 case "${1:-}" in
   build) [ $# -eq 1 ] || usage; ensure_apt flock util-linux; build_all; echo "$CACHE/bin" ;;
+  prereqs) [ $# -eq 1 ] || usage; node_prereqs ;;
   up) [ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$3" = --node ]; } || usage; DIR=$2; WITH_NODE=0; [ $# -eq 2 ] || WITH_NODE=1; up ;;
   import) [ $# -eq 3 ] || usage; DIR="$(cd "$2" && pwd)"; [ -e "$DIR/node-cgroup" ] || die "import: $DIR has no node (up DIR --node)"; node_import "$(realpath "$3")" ;;
   forward) [ $# -ge 3 ] || usage; DIR="$(cd "$2" && pwd)"; shift 2; forward "$@" ;;

@@ -24,6 +24,10 @@ ensure_apt cc gcc               # the harness builds tests/clockshift (an LD_PRE
 # (scripts/control-plane.sh up --node); they build the image with scripts/image.sh.
 # A cold build takes 10-40 min on 2 cores, so it starts now, in the background (cached after the
 # first run), and those tests run last. No Go, or a failed build, fails the run loudly.
+# The real node's Debian packages now, before any test reads the host's state (a package's own
+# service, where one starts, is then part of the "before" that cp_node_down_leaves_nothing_behind
+# compares with).
+scripts/control-plane.sh prereqs
 CP_BUILD_LOG="$(mktemp -t control-plane-build.XXXXXX)"
 setsid scripts/control-plane.sh build > "$CP_BUILD_LOG" 2>&1 < /dev/null &
 CP_BUILD=$!
