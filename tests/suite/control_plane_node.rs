@@ -165,15 +165,22 @@ impl RealNode {
         (l.len() == 1).then(|| l[0].clone())
     }
 
-    /// One sidecar leads and exactly that pod is labelled leader.
-    fn converged(&self, timeout: Duration) -> String {
-        wait_for(timeout, Duration::from_millis(100), || {
+    /// Settled: `replicas` pods, none terminating, every sidecar eligible (its ttl of clock
+    /// watching done) with no handover pending, one leader and exactly it labelled: a leader
+    /// nothing is about to move. Its name.
+    fn settled(&self, replicas: usize, timeout: Duration) -> String {
+        wait_for(timeout, Duration::from_millis(200), || {
+            let live = self.live();
+            (live.len() == replicas && self.pods().len() == replicas).then_some(())?;
+            let views: Vec<View> = live.iter().filter_map(|p| self.view(p)).collect();
+            (views.len() == replicas && views.iter().all(|v| v.eligible && !v.handover_pending))
+                .then_some(())?;
             let l = self.sidecar_leader()?;
             (labelled_leaders(&self.cp, NS) == [l.clone()]).then_some(l)
         })
         .unwrap_or_else(|| {
             panic!(
-                "no converged leader within {timeout:?}: labelled {:?}, sidecar logs:\n{}",
+                "not settled within {timeout:?}: labelled {:?}, sidecar logs:\n{}",
                 labelled_leaders(&self.cp, NS),
                 self.logs()
             )
@@ -328,7 +335,7 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
     let rn = RealNode::up();
     rn.install(2);
     let cp = &rn.cp;
-    let leader = rn.converged(Duration::from_secs(60));
+    let leader = rn.settled(2, Duration::from_secs(90));
     let t = rn.slice_lists_only(&leader, Duration::from_secs(30));
     let _ = t;
 
@@ -461,7 +468,7 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
         (rn.live().len() == 2).then_some(())
     })
     .expect("the Deployment replaced the deleted pod");
-    let mut current = rn.converged(Duration::from_secs(60));
+    let mut current = rn.settled(2, Duration::from_secs(90));
     for (what, args) in [
         (
             "kubectl rollout restart",
@@ -509,12 +516,9 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
             "--timeout=300s",
         ]);
         // The last old pod is gone and one new pod leads.
-        let new = wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
-            (rn.pods().len() == 2).then_some(())?;
-            let l = rn.sidecar_leader()?;
-            (labelled_leaders(cp, NS) == [l.clone()]).then_some(l)
-        })
-        .unwrap_or_else(|| panic!("{what}: no converged leader after the rollout"));
+        // Counted until nothing is about to move: a handover the rollout set off after its
+        // last pod became available belongs to it.
+        let new = rn.settled(2, Duration::from_secs(90));
         let leads: Vec<String> = roles
             .lock()
             .unwrap()
@@ -544,7 +548,7 @@ fn cp_real_node_lost_node_keeps_one_leader() {
     let rn = RealNode::up();
     rn.install(2);
     let cp = &rn.cp;
-    let leader = rn.converged(Duration::from_secs(60));
+    let leader = rn.settled(2, Duration::from_secs(90));
     rn.slice_lists_only(&leader, Duration::from_secs(30));
     // containerd answers no task list once stopped: the sidecars' pids are read before.
     let pids: Vec<(String, u32)> = rn
@@ -652,13 +656,7 @@ fn cp_real_node_endpoint_switch_after_deleting_the_leader() {
         // A replacement pod counts no votes for a ttl (it watches the nodes' clocks first) and,
         // being newest, takes the lead once settled: round starts once both are over, so each
         // round measures a handover to a pod that can lead at once.
-        let leader = wait_for(Duration::from_secs(90), Duration::from_millis(200), || {
-            let l = rn.converged(Duration::from_secs(60));
-            let views: Vec<View> = rn.live().iter().filter_map(|p| rn.view(p)).collect();
-            (views.len() == 2 && views.iter().all(|v| v.eligible && !v.handover_pending))
-                .then_some(l)
-        })
-        .expect("both pods eligible, no handover pending");
+        let leader = rn.settled(2, Duration::from_secs(90));
         rn.slice_lists_only(&leader, Duration::from_secs(30));
         let t0 = Instant::now();
         cp.kubectl(&["delete", "pod", &leader, "-n", NS, "--wait=false"]);
