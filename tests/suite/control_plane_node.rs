@@ -160,7 +160,7 @@ impl RealNode {
             .live()
             .iter()
             .filter(|p| self.view(p).is_some_and(|v| v.is_leader))
-            .map(|p| name(p))
+            .map(name)
             .collect();
         (l.len() == 1).then(|| l[0].clone())
     }
@@ -459,7 +459,7 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
     // is left out.
     assert_eq!(
         leads,
-        [next.clone()],
+        std::slice::from_ref(&next),
         "one new leader labelled after the delete"
     );
 
@@ -536,7 +536,7 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
         );
         assert_eq!(
             leads,
-            [new.clone()],
+            std::slice::from_ref(&new),
             "{what}: leadership moved exactly once, to the new pod {new}"
         );
         current = new;
@@ -612,7 +612,11 @@ fn cp_real_node_lost_node_keeps_one_leader() {
         BTreeSet::from([leader.clone()]),
         "the leader kept leading, alone"
     );
-    assert_eq!(labelled, [leader.clone()], "the label stays on the leader");
+    assert_eq!(
+        labelled,
+        std::slice::from_ref(&leader),
+        "the label stays on the leader"
+    );
     let ready = rn
         .pod(&leader)
         .status
@@ -634,7 +638,7 @@ fn cp_real_node_lost_node_keeps_one_leader() {
         "lost node: kubelet and containerd back -> the leader Service lists the leader again",
         format!("{:?}", t1.elapsed()),
     );
-    assert_eq!(labelled_leaders(cp, NS), [leader.clone()]);
+    assert_eq!(labelled_leaders(cp, NS), std::slice::from_ref(&leader));
 }
 
 /// `./scripts/bench.sh --only real-node`: the EndpointSlice switch after `kubectl delete pod`
