@@ -13,6 +13,7 @@ mod control_plane;
 mod control_plane_rollout;
 mod election;
 mod fault_schedule;
+mod fresh_handover;
 mod kube_labels;
 mod managed_redis;
 mod redis_faults;
