@@ -263,13 +263,16 @@ impl Elector {
     fn say_why(&mut self) {
         let now = Instant::now();
         let wait = self.redlock.quorum_wait(now);
-        if self.said_wait == Some(wait.reason) || (self.said_wait.is_none() && wait.reason.is_none())
+        if self.said_wait == Some(wait.reason)
+            || (self.said_wait.is_none() && wait.reason.is_none())
         {
             return;
         }
         self.said_wait = Some(wait.reason);
         match wait.reason {
-            None => tracing::info!("a quorum of redis nodes counts this sidecar's votes; it can win the lease"),
+            None => tracing::info!(
+                "a quorum of redis nodes counts this sidecar's votes; it can win the lease"
+            ),
             Some(reason) => tracing::info!(
                 reason = reason.as_str(),
                 counts_in_ms = wait

@@ -128,10 +128,22 @@ mod tests {
         log.answered("v", 1, b, false);
         // Node 2's reply is still out (a straggler of a round decided early).
         assert!(may_prove(&log, "v", 0, true, true));
-        assert!(!may_prove(&log, "v", 1, true, true), "last yes did not count");
-        assert!(!may_prove(&log, "v", 2, true, true), "a command is still out");
-        assert!(!may_prove(&log, "v", 0, false, true), "the lease is no longer valid");
-        assert!(!may_prove(&log, "v", 0, true, false), "the node does not count now");
+        assert!(
+            !may_prove(&log, "v", 1, true, true),
+            "last yes did not count"
+        );
+        assert!(
+            !may_prove(&log, "v", 2, true, true),
+            "a command is still out"
+        );
+        assert!(
+            !may_prove(&log, "v", 0, false, true),
+            "the lease is no longer valid"
+        );
+        assert!(
+            !may_prove(&log, "v", 0, true, false),
+            "the node does not count now"
+        );
         // A later command answered settles the earlier one (one connection runs in order).
         let c2 = log.sent("v", 2, 3);
         log.answered("v", 2, c2, true);

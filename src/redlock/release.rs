@@ -11,8 +11,8 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::Redlock;
-use super::proof;
 use super::candidates;
+use super::proof;
 use super::scripts::scripts;
 
 /// Whom a release tells that the key is free.

@@ -372,7 +372,10 @@ pub enum Action {
     /// The round gives up on the nodes that have not answered.
     Timeout(u8),
     /// A leader hands over gracefully to the other sidecar: steps down, releases naming it.
-    Handover { from: u8, to: u8 },
+    Handover {
+        from: u8,
+        to: u8,
+    },
     /// A resumed leader's deadline timer fires.
     StepDown(u8),
 }
@@ -669,7 +672,11 @@ impl System {
             .zip(&eligible)
             .map(|(l, &e)| named && !e && self.counts_with_proof(l, now_us))
             .collect();
-        let can_win = eligible.iter().zip(&on_proof).filter(|(e, p)| **e || **p).count()
+        let can_win = eligible
+            .iter()
+            .zip(&on_proof)
+            .filter(|(e, p)| **e || **p)
+            .count()
             >= math::quorum(self.nodes);
         let (e2, p2) = (eligible.clone(), on_proof.clone());
         // Under the test-only switch a node asked on a proof is asked to take the key outright.
@@ -687,7 +694,11 @@ impl System {
             move |round, i| Req::Acquire {
                 round,
                 value,
-                proposed: if (e2[i] || p2[i]) && can_win { proposed } else { 0 },
+                proposed: if (e2[i] || p2[i]) && can_win {
+                    proposed
+                } else {
+                    0
+                },
                 probe: !can_win || !(e2[i] || p2[i]),
                 on_proof: p2[i] && check,
             },
@@ -869,10 +880,8 @@ impl System {
         let policy = self.policy();
         s.sidecars[k].links[i].watch.observe(&run, reading, &policy);
         // `Redlock::counts_vote`: a proof is taken at this very reading.
-        if let (
-            RoundKind::Acquire { on_proof, .. },
-            Answer::Granted { proved: true, .. },
-        ) = (&round.kind, &reply.answer)
+        if let (RoundKind::Acquire { on_proof, .. }, Answer::Granted { proved: true, .. }) =
+            (&round.kind, &reply.answer)
             && on_proof[i]
         {
             s.sidecars[k].links[i].watch.prove(&run, now_us);
@@ -896,7 +905,11 @@ impl System {
                 } else if on_proof[i] {
                     // Under the test-only switch the node was asked to take the key outright,
                     // and the grant counts without a proof.
-                    if check { *proved && counts } else { counts_unproved }
+                    if check {
+                        *proved && counts
+                    } else {
+                        counts_unproved
+                    }
                 } else {
                     false
                 }
@@ -914,7 +927,9 @@ impl System {
             r.not_yes += 1;
         }
         if let Some(v) = value {
-            s.sidecars[k].log.answered(&val_str(v), i, round.seqs[i], yes);
+            s.sidecars[k]
+                .log
+                .answered(&val_str(v), i, round.seqs[i], yes);
         }
         self.maybe_finish(s, k);
     }
@@ -1310,12 +1325,13 @@ impl Model for System {
             }
             Action::Timeout(k) => {
                 let k = k as usize;
-                if let Some(r) = s.sidecars[k].round.as_mut() {
+                let c = &mut s.sidecars[k];
+                if let Some(r) = c.round.as_mut() {
                     for (i, w) in r.waiting.iter_mut().enumerate().filter(|(_, w)| **w) {
                         *w = false;
                         r.not_yes += 1;
                         if let Some(v) = r.value {
-                            s.sidecars[k].log.failed(&val_str(v), i);
+                            c.log.failed(&val_str(v), i);
                         }
                     }
                 }

@@ -351,7 +351,11 @@ fn a_release_proof_is_taken_only_by_the_successor_it_names() {
     let mut c = redis::Client::open(format!("redis://127.0.0.1:{}/", node.port))
         .and_then(|cl| cl.get_connection())
         .expect("connect to the test redis-server");
-    let (key, epoch, next) = ("redlock-elector:p", "redlock-elector:p:epoch", "redlock-elector:p:next");
+    let (key, epoch, next) = (
+        "redlock-elector:p",
+        "redlock-elector:p:epoch",
+        "redlock-elector:p:next",
+    );
     let mut eval = |src: &str, keys: &[&str], args: &[&str]| -> Vec<Value> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(src).arg(keys.len()).arg(keys).arg(args);
@@ -362,10 +366,18 @@ fn a_release_proof_is_taken_only_by_the_successor_it_names() {
     };
     type Eval<'a> = dyn FnMut(&str, &[&str], &[&str]) -> Vec<Value> + 'a;
     let acquire = |eval: &mut Eval, id: &str, mode: &str| {
-        eval(ACQUIRE, &[key, epoch, next], &[&format!("{id}#1"), "5000", "1", mode, id])
+        eval(
+            ACQUIRE,
+            &[key, epoch, next],
+            &[&format!("{id}#1"), "5000", "1", mode, id],
+        )
     };
     let release = |eval: &mut Eval, id: &str, successor: &str, proof: &str| {
-        eval(RELEASE, &[key, next], &[&format!("{id}#1"), "", "", successor, "5000", proof])
+        eval(
+            RELEASE,
+            &[key, next],
+            &[&format!("{id}#1"), "", "", successor, "5000", proof],
+        )
     };
     let granted = |v: &[Value]| v.first() == Some(&Value::Int(1));
     let proved = |v: &[Value]| v.get(2) == Some(&Value::Int(1));

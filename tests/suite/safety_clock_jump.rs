@@ -255,8 +255,10 @@ fn proof_scenario(check: bool) -> (Duration, Duration, String) {
     };
     let mut a = Sidecar::start("a", &refs, &o(true));
     a.wait_eligible(ttl * 3);
-    wait_for(ttl * 3, Duration::from_millis(5), || a.leader().is_leader.then_some(()))
-        .unwrap_or_else(|| panic!("a never led:\n{}", a.logs()));
+    wait_for(ttl * 3, Duration::from_millis(5), || {
+        a.leader().is_leader.then_some(())
+    })
+    .unwrap_or_else(|| panic!("a never led:\n{}", a.logs()));
     common::just_after_renewal(&nodes[0], KEY, ttl * 3);
     nodes[0].jump_clock(20_000);
     nodes[1].jump_clock(20_000);
@@ -269,7 +271,11 @@ fn proof_scenario(check: bool) -> (Duration, Duration, String) {
     let view = b.leader();
     assert_eq!(view.waiting_for.as_deref(), Some("clock_watch"), "{view:?}");
     let watch_left = Duration::from_millis(view.quorum_counts_in_ms.expect("known"));
-    assert!(a.leader().is_leader, "a lost the lease before its release:\n{}", a.logs());
+    assert!(
+        a.leader().is_leader,
+        "a lost the lease before its release:\n{}",
+        a.logs()
+    );
     let released = Instant::now();
     let _ = a.terminate();
     let led = wait_for(ttl * 4, Duration::from_millis(1), || {

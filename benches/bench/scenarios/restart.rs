@@ -28,7 +28,11 @@ fn run_ttl(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&R
     let lease = format!("bench-restart-{}", ttl.trim_end_matches('s'));
     let (ntx, nrx) = mpsc::channel();
     for n in nodes {
-        subscribe_notices(n.port, &format!("redlock-elector:{lease}:released"), ntx.clone());
+        subscribe_notices(
+            n.port,
+            &format!("redlock-elector:{lease}:released"),
+            ntx.clone(),
+        );
     }
     let mut trio = Trio::start(rt, &lease, nodes, &["--ttl", ttl, "--retry-every", "1s"]);
     let mut latest = HashMap::new();
@@ -55,7 +59,10 @@ fn run_ttl(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&R
         // 0.5, 1, 1.5, 2 s before the SIGTERM, in turn.
         let age = Duration::from_millis(500 + 500 * (round as u64 % 4));
         let l = trio.steady_candidates(&mut latest);
-        assert_eq!(trio.sidecars[l].identity, old, "the leader changed during the restart");
+        assert_eq!(
+            trio.sidecars[l].identity, old,
+            "the leader changed during the restart"
+        );
         std::thread::sleep(age.saturating_sub(started.elapsed()));
         ages.push(started.elapsed().as_secs_f64() * 1000.0);
         while nrx.try_recv().is_ok() {}

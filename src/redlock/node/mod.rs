@@ -162,7 +162,8 @@ impl Node {
 
     /// Whether a yes with a release proof would count at `now`.
     pub fn counts_with_proof(&self, now: Instant) -> bool {
-        self.counts_with_proof_from().is_some_and(|from| now >= from)
+        self.counts_with_proof_from()
+            .is_some_and(|from| now >= from)
     }
 
     /// Take a release proof that server `run_id` gave in the reply that arrived at `received`
