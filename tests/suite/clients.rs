@@ -60,7 +60,7 @@ fn build_go(go: &Path, dir: &Path) -> PathBuf {
         .current_dir(examples().join("go"))
         .env("GOTOOLCHAIN", "local")
         .env("GOPROXY", "off")
-        .env("GOFLAGS", "-mod=mod")
+        .env("GOFLAGS", "")
         .env("CGO_ENABLED", "0")
         .output()
         .expect("run go build");
