@@ -295,15 +295,19 @@ fn figures(what: &str, took: &[(String, Duration)]) {
 }
 
 /// Wait until `s` leads; its token.
-fn leads(s: &Sidecar, limit: Duration) -> u64 {
+fn leads(s: &Sidecar, limit: Duration, pair: &[&Sidecar]) -> u64 {
     wait_for(limit, Duration::from_millis(5), || {
         s.try_leader().filter(|v| v.is_leader)?.fencing_token
     })
     .unwrap_or_else(|| {
+        let states: Vec<String> = pair
+            .iter()
+            .map(|p| format!("--- {}: {:?}\n{}", p.identity, p.try_leader(), p.logs()))
+            .collect();
         panic!(
             "{} did not lead within {limit:?}:\n{}",
             s.identity,
-            s.logs()
+            states.join("\n")
         )
     })
 }
@@ -362,6 +366,7 @@ fn client_snippets_follow_leadership_through_handovers() {
     let o = Opts {
         ttl: "2s",
         timeout: "100ms",
+        extra: vec!["--log-level".into(), "info,redlock_elector=debug".into()],
         ..Opts::default()
     };
     let pair = [
@@ -410,7 +415,7 @@ fn client_snippets_follow_leadership_through_handovers() {
     // 2. A graceful handover to mine.
     let t0 = Instant::now();
     step_down(other);
-    let t1 = leads(mine, Duration::from_secs(10));
+    let t1 = leads(mine, Duration::from_secs(10), &both);
     let took = all_reach(
         &snippets,
         Some(t1),
@@ -439,14 +444,14 @@ fn client_snippets_follow_leadership_through_handovers() {
         "client snippets: `leader=false` after mine froze (lease ttl 2s), ms",
         &took,
     );
-    leads(other, TTL * 3);
+    leads(other, TTL * 3, &both);
     mine.signal("CONT");
 
     // 4. A graceful handover back: a new term, a larger token.
     mine.wait_eligible(Duration::from_secs(15));
     let t0 = Instant::now();
     step_down(other);
-    let t2 = leads(mine, Duration::from_secs(10));
+    let t2 = leads(mine, Duration::from_secs(10), &both);
     assert!(
         t2 > t1,
         "the fencing token did not increase: {t1} then {t2}"

@@ -77,30 +77,37 @@ func poll() {
 // (a) Am I the leader? Long-poll: the sidecar answers when version changes. follow calls f after
 // every answer with the token (0: not leading) and the time until which the lease is known valid.
 func follow(f func(token uint64, deadline time.Time)) {
-	var version uint64
+	var asked uint64
 	var v *view
 	var deadline time.Time
 	for {
-		wait, timeout := 30*time.Second, 35*time.Second
-		if v != nil && v.IsLeader {
+		wait, timeout := 30*time.Second, 35*time.Second // a follower waits for the next change
+		switch {
+		case v == nil || !v.IsLeader:
+		case v.Version != asked:
+			// News of leadership after a long wait: its valid_for_ms counts from when it was
+			// answered, not sent. Ask again at once for a deadline to rely on.
+			wait, timeout = 0, time.Second
+		default:
 			// Renewals do not change the version: ask again well within the validity to learn
 			// the new one, and count a lease with no answer by its end as lost.
-			wait = time.Duration(v.ValidForMs) * time.Millisecond / 4
+			wait = time.Duration(v.ValidForMs) * time.Millisecond / 8
 			timeout = max(time.Until(deadline), time.Millisecond)
 		}
+		asked = 0 // 0: the current state, whatever it is
+		if v != nil {
+			asked = v.Version
+		}
 		sent := time.Now() // before sending: valid_for_ms runs from a later moment
-		v = getLeader(fmt.Sprintf("?wait=%dms&version=%d", wait.Milliseconds(), version), timeout)
+		v = getLeader(fmt.Sprintf("?wait=%dms&version=%d", wait.Milliseconds(), asked), timeout)
 		switch {
 		case v == nil: // unreachable: not leader
 			f(0, time.Time{})
-			version = 0 // ask for the current state as soon as it answers again
 			time.Sleep(500 * time.Millisecond)
 		case v.IsLeader:
-			version = v.Version
 			deadline = sent.Add(time.Duration(v.ValidForMs) * time.Millisecond)
 			f(v.FencingToken, deadline)
 		default:
-			version = v.Version
 			f(0, time.Time{})
 		}
 	}

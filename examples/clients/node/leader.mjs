@@ -38,28 +38,30 @@ async function poll() {
 // { token, deadline } after every answer: token null when not leading, deadline the
 // performance.now() until which the lease is known to be valid.
 async function* leadership() {
-  let version = 0;
   let v = null;
+  let asked = 0;
   let deadline = 0;
   for (;;) {
-    let wait = 30000;
+    let wait = 30000; // a follower waits for the next change
     let timeout = 35000;
-    if (v?.is_leader) {
+    if (v?.is_leader && v.version !== asked) {
+      // News of leadership after a long wait: its valid_for_ms counts from when it was
+      // answered, not sent. Ask again at once for a deadline to rely on.
+      wait = 0;
+      timeout = 1000;
+    } else if (v?.is_leader) {
       // Renewals do not change the version: ask again well within the validity to learn the
       // new one, and count a lease with no answer by its end as lost.
-      wait = Math.floor(v.valid_for_ms / 4);
+      wait = Math.floor(v.valid_for_ms / 8);
       timeout = Math.max(Math.floor(deadline - performance.now()), 1);
     }
+    asked = v?.version ?? 0; // 0: the current state, whatever it is
     const sent = performance.now(); // before sending: valid_for_ms runs from a later moment
-    v = await getLeader(`?wait=${wait}ms&version=${version}`, timeout);
+    v = await getLeader(`?wait=${wait}ms&version=${asked}`, timeout);
     if (v === null) {
       yield { token: null, deadline: 0 }; // unreachable: not leader
-      version = 0; // ask for the current state as soon as it answers again
       await sleep(500);
-      continue;
-    }
-    version = v.version;
-    if (v.is_leader) {
+    } else if (v.is_leader) {
       deadline = sent + v.valid_for_ms;
       yield { token: v.fencing_token, deadline };
     } else {

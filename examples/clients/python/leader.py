@@ -50,24 +50,26 @@ def poll():
 def leadership():
     """Yield (token, deadline) after every answer; token None when not leading. deadline is the
     time.monotonic() until which the lease is known to be valid."""
-    version, view, deadline = 0, None, 0.0
+    asked, view, deadline = 0, None, 0.0
     while True:
-        if view and view["is_leader"]:
+        if view is None or not view["is_leader"]:
+            wait, timeout = 30000, 35  # a follower waits for the next change
+        elif view["version"] != asked:
+            # News of leadership after a long wait: its valid_for_ms counts from when it was
+            # answered, not sent. Ask again at once for a deadline to rely on.
+            wait, timeout = 0, 1
+        else:
             # Renewals do not change the version: ask again well within the validity to learn
             # the new one, and count a lease with no answer by its end as lost.
-            wait = view["valid_for_ms"] // 4
+            wait = view["valid_for_ms"] // 8
             timeout = max(deadline - time.monotonic(), 0.001)
-        else:
-            wait, timeout = 30000, 35
+        asked = view["version"] if view else 0  # 0: the current state, whatever it is
         sent = time.monotonic()  # before sending: valid_for_ms runs from a later moment
-        view = get_leader(f"?wait={wait}ms&version={version}", timeout)
+        view = get_leader(f"?wait={wait}ms&version={asked}", timeout)
         if view is None:
             yield None, 0.0  # unreachable: not leader
-            version = 0  # ask for the current state as soon as it answers again
             time.sleep(0.5)
-            continue
-        version = view["version"]
-        if view["is_leader"]:
+        elif view["is_leader"]:
             deadline = sent + view["valid_for_ms"] / 1000
             yield view["fencing_token"], deadline
         else:

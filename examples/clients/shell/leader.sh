@@ -32,20 +32,25 @@ poll() {
 
 # (a) Am I the leader? Long-poll: the sidecar answers when `version` changes.
 watch() {
-  local shown="" now out leading=false token=none valid=0 version=0 wait=30000 max=35
+  local shown="" now out leading=false token=none valid=0 version=0 asked wait max
   while :; do
-    if out=$(get_leader "?wait=${wait}ms&version=$version" "$max"); then
+    if [ "$leading" != true ]; then
+      wait=30000 max=35 # a follower waits for the next change
+    elif [ "$version" != "$asked" ]; then
+      # News of leadership after a long wait: its valid_for_ms counts from when it was
+      # answered, not sent. Ask again at once for a validity to rely on.
+      wait=0 max=1
+    else
+      # Renewals do not change the version: ask again well within the validity to learn the
+      # new one, and count a lease with no answer by its end (curl --max-time) as lost.
+      wait=$((valid / 8)) max=$(printf '%d.%03d' $((valid / 1000)) $((valid % 1000)))
+    fi
+    asked=$version # 0: the current state, whatever it is
+    if out=$(get_leader "?wait=${wait}ms&version=$asked" "$max"); then
       read -r leading token valid version <<<"$out"
     else
       leading=false token=none version=0 # unreachable: not leader; ask again shortly
       sleep 0.5
-    fi
-    if [ "$leading" = true ]; then
-      # Renewals do not change the version: ask again well within the validity to learn the
-      # new one, and count a lease with no answer by its end (curl --max-time) as lost.
-      wait=$((valid / 4)) max=$(printf '%d.%03d' $((valid / 1000)) $((valid % 1000)))
-    else
-      wait=30000 max=35
     fi
     now="leader=$leading token=$token"
     if [ "$now" != "$shown" ]; then echo "$now"; shown=$now; fi
