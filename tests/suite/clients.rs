@@ -366,7 +366,6 @@ fn client_snippets_follow_leadership_through_handovers() {
     let o = Opts {
         ttl: "2s",
         timeout: "100ms",
-        extra: vec!["--log-level".into(), "info,redlock_elector=debug".into()],
         ..Opts::default()
     };
     let pair = [
@@ -447,7 +446,13 @@ fn client_snippets_follow_leadership_through_handovers() {
     leads(other, TTL * 3, &both);
     mine.signal("CONT");
 
-    // 4. A graceful handover back: a new term, a larger token.
+    // 4. A graceful handover back: a new term, a larger token. Mine must contend again first:
+    // after the pause its loop reports a stall (/healthz 503, no contending) for about a second,
+    // and it watches the nodes' clocks afresh; `eligible` read before that is stale.
+    wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        (http("GET", mine.ops_port, "/healthz")?.0 == 200).then_some(())
+    })
+    .unwrap_or_else(|| panic!("mine did not recover from the pause:\n{}", mine.logs()));
     mine.wait_eligible(Duration::from_secs(15));
     let t0 = Instant::now();
     step_down(other);
