@@ -50,8 +50,22 @@ fn program(name: &str, extra_dirs: &[&str], install: &str) -> PathBuf {
 }
 
 /// Build the Go snippet into `dir` with the local toolchain only (no module download: its
-/// go.mod has no requirements).
+/// go.mod has no requirements), after checking that it is gofmt-clean (readers copy it).
 fn build_go(go: &Path, dir: &Path) -> PathBuf {
+    let gofmt = std::fs::canonicalize(go)
+        .unwrap_or_else(|_| go.to_path_buf())
+        .with_file_name("gofmt");
+    let listed = Command::new(&gofmt)
+        .args(["-l", "."])
+        .current_dir(examples().join("go"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} ({e}): it comes with Go", gofmt.display()));
+    assert!(
+        listed.status.success() && listed.stdout.is_empty(),
+        "examples/clients/go is not gofmt-clean (run `gofmt -w examples/clients/go`): {}{}",
+        String::from_utf8_lossy(&listed.stdout),
+        String::from_utf8_lossy(&listed.stderr)
+    );
     let out = dir.join("leader-go");
     let result = Command::new(go)
         .args(["build", "-o"])
