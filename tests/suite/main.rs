@@ -9,6 +9,7 @@
 
 mod api;
 mod cli;
+mod clients;
 mod control_plane;
 mod control_plane_rollout;
 mod election;
