@@ -11,6 +11,7 @@ mod api;
 mod cli;
 mod control_plane;
 mod control_plane_rollout;
+mod docs_links;
 mod election;
 mod fault_schedule;
 mod kube_labels;

@@ -365,7 +365,10 @@ fn mutual_tls() {
 #[test]
 fn minimal_acl_user() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for doc in ["docs/operating/managed-redis.md", "charts/redlock-elector/values.yaml"] {
+    for doc in [
+        "docs/operating/managed-redis.md",
+        "charts/redlock-elector/values.yaml",
+    ] {
         let text = std::fs::read_to_string(repo.join(doc)).unwrap();
         assert!(
             text.contains(MINIMAL_ACL),
