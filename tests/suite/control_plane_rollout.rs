@@ -107,7 +107,7 @@ impl Drop for Observer {
 
 const ROLLOUTS: usize = 5;
 
-/// `workload.minReadySeconds` above ttl + 1 s (README "Rollouts"): a new pod is a ready
+/// `workload.minReadySeconds` above ttl + 1 s (docs/concepts/rollouts.md): a new pod is a ready
 /// candidate (its clock watch done) before the Deployment goes on to the next old pod.
 const MIN_READY: u64 = TTL.as_secs() + 2;
 

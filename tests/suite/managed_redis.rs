@@ -1,6 +1,6 @@
 //! Managed-Redis setups against real `redis-server` processes with TLS-only ports (`--port 0`),
 //! certificates made by `openssl` in each test: elect and hand over over TLS (CA file, URL host
-//! names, `redis.tls.serverName` for endpoints reached by IP), mutual TLS, the README's minimal
+//! names, `redis.tls.serverName` for endpoints reached by IP), mutual TLS, the documented minimal
 //! ACL user, classified failures (wrong CA, hostname mismatch, wrong password, missing ACL
 //! permission, refused, timeout, DNS), password rotation while a leader holds the lease, and
 //! `check-config --connect`. No password may appear in any log, metric or check-config output.
