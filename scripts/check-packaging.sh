@@ -56,7 +56,7 @@ rm -rf "$OUT/rendered"
 # must still render), and native sidecars are refused below 1.29 with the chart's own message.
 step "helm CLI: lint --strict and template of every ci/*.yaml at Kubernetes $KUBE_MIN and the newest, Kubernetes < 1.29 refused"
 HELM_BIN="$(scripts/control-plane.sh build)/helm" \
-  || die "the helm CLI is not built: scripts/control-plane.sh build needs Go 1.26 and the Go module proxy (see README, Development)"
+  || die "the helm CLI is not built: scripts/control-plane.sh build needs Go 1.26 and the Go module proxy (see docs/development.md)"
 "$HELM_BIN" version --short | sed 's/^/    /'
 KUBE_CP="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { sub(/^v/, "", $2); print $2; exit }' tests/control-plane/kubernetes/go.mod)"
 [ -n "$KUBE_CP" ] || die "cannot read the Kubernetes version from tests/control-plane/kubernetes/go.mod"

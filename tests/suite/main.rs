@@ -12,6 +12,7 @@ mod cli;
 mod clients;
 mod control_plane;
 mod control_plane_rollout;
+mod docs_links;
 mod election;
 mod fault_schedule;
 mod fresh_handover;
