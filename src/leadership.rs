@@ -49,8 +49,9 @@ impl Default for Leadership {
     }
 }
 
-/// The answer to `GET /leader`, also sent on the SSE stream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// The answer to `GET /leader`, also sent on the SSE stream. Every field is always present
+/// (`null` when unknown).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct View {
     /// Lease name.
     pub lease: String,

@@ -18,6 +18,9 @@ use crate::leadership::Shared;
 use crate::metrics::{LeadershipGauges, Metrics};
 use crate::redlock::node::Node;
 
+/// The `Content-Type` of `/metrics`: the Prometheus text format.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
 /// What the ops handlers read.
 #[derive(Clone)]
 pub struct Ops {
@@ -80,7 +83,7 @@ pub fn routes(
             warp::reply::with_header(
                 o.render_metrics(),
                 "content-type",
-                "text/plain; version=0.0.4; charset=utf-8",
+                METRICS_CONTENT_TYPE,
             )
             .into_response()
         });

@@ -10,6 +10,8 @@
 mod builder;
 mod labels;
 
+use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
@@ -21,12 +23,42 @@ use self::builder::{Builder, LATENCY_BUCKETS, Scope, WAIT_BUCKETS};
 use self::labels::renewal_label;
 pub use self::labels::{AcquireResult, HandoverReason, LeadershipGauges};
 
+/// One registered metric as the registry describes it: the metrics reference
+/// (`docs/reference/metrics.md`) is generated from these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricDoc {
+    /// The full name (`redlock_elector_is_leader`).
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// The help text `/metrics` shows.
+    pub help: String,
+    /// The label names: the const `lease` label first where there is one, then the variable ones.
+    pub labels: Vec<String>,
+}
+
+/// The label values one Redis endpoint's series can take, each set spelled by the module that
+/// owns it; [`Metrics::new_endpoint`] creates every combination at 0.
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointLabels<'a> {
+    /// `direction` of `redis_clock_jumps_total`.
+    pub directions: &'a [&'a str],
+    /// `reason` of `redis_connect_errors_total`.
+    pub connect_reasons: &'a [&'a str],
+    /// `command` of `redis_command_duration_seconds` and `redis_command_errors_total`.
+    pub commands: &'a [&'a str],
+    /// `kind` of `redis_command_errors_total`.
+    pub command_error_kinds: &'a [&'a str],
+}
+
 /// All metrics of the process. The fields stay public for the call sites that still count
 /// directly; new code uses the methods.
 #[derive(Clone)]
 pub struct Metrics {
     /// Where everything is registered; rendered by `/metrics`.
     registry: Registry,
+    /// What was registered, in registration order.
+    docs: Arc<[MetricDoc]>,
     /// 1 while leader, evaluated at scrape time against the deadline.
     is_leader: IntGauge,
     /// Times this sidecar became leader.
@@ -93,9 +125,10 @@ impl Metrics {
     #[rustfmt::skip] // One line per metric: the table reads best unwrapped.
     pub fn register(registry: &Registry, lease: &str) -> prometheus::Result<Self> {
         use Scope::{Lease, Process};
-        let b = Builder { registry, lease };
-        let m = Metrics {
+        let b = Builder { registry, lease, docs: RefCell::default() };
+        let mut m = Metrics {
             registry: registry.clone(),
+            docs: Arc::new([]),
             is_leader: b.int_gauge("redlock_elector_is_leader", "1 while this sidecar holds the lease")?,
             leader_transitions: b.counter("redlock_elector_leader_transitions_total", "Times this sidecar became leader; the sum over pods counts every term")?,
             acquire_attempts: b.counter_vec(Lease, "redlock_elector_acquire_attempts_total", "Acquire attempts by result", &["result"])?,
@@ -140,7 +173,13 @@ impl Metrics {
         for ok in [true, false] {
             m.renewals.with_label_values(&[renewal_label(ok)]);
         }
+        m.docs = b.docs.into_inner().into();
         Ok(m)
+    }
+
+    /// Every metric registered, in registration order, as the registry describes it.
+    pub fn descriptors(&self) -> &[MetricDoc] {
+        &self.docs
     }
 
     /// An acquire attempt ended with `result` after `elapsed`.
@@ -206,14 +245,27 @@ impl Metrics {
     }
 
     /// A configured endpoint: its series start at 0 (down, not quarantined, not eligible, no
-    /// clock jump in any of `directions`), so dashboards see every endpoint from the start.
-    pub fn new_endpoint(&self, endpoint: &str, directions: &[&str]) {
+    /// clock jump, connect error or command error of any known label value, no command timed),
+    /// so dashboards and alerts see every endpoint from the start rather than "No data".
+    pub fn new_endpoint(&self, endpoint: &str, known: EndpointLabels<'_>) {
         self.set_redis_up(endpoint, false);
         self.set_redis_quarantined(endpoint, false);
         self.set_redis_eligible(endpoint, false);
-        for direction in directions {
+        for direction in known.directions {
             self.redis_clock_jumps
                 .with_label_values(&[endpoint, direction]);
+        }
+        for reason in known.connect_reasons {
+            self.redis_connect_errors
+                .with_label_values(&[endpoint, reason]);
+        }
+        for command in known.commands {
+            self.redis_command_duration
+                .with_label_values(&[endpoint, command]);
+            for kind in known.command_error_kinds {
+                self.redis_command_errors
+                    .with_label_values(&[endpoint, command, kind]);
+            }
         }
     }
 

@@ -30,7 +30,10 @@ pub enum CommandError {
 }
 
 impl CommandError {
-    /// The metric label (`kind` of `redis_command_errors`).
+    /// Every `kind` label, so that each series exists (at 0) from the start.
+    pub const KINDS: [&'static str; 3] = ["not_connected", "timeout", "error"];
+
+    /// The metric label (`kind` of `redis_command_errors`), one of [`Self::KINDS`].
     fn kind(&self) -> &'static str {
         match self {
             CommandError::NotConnected => "not_connected",
@@ -136,5 +139,21 @@ impl Node {
             tracing::warn!(endpoint = %self.endpoint.name, "redis connection lost; reconnecting");
         }
         self.broken.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed_for_the_metrics_start_values() {
+        for e in [
+            CommandError::NotConnected,
+            CommandError::Timeout,
+            CommandError::Malformed,
+        ] {
+            assert!(CommandError::KINDS.contains(&e.kind()), "{e:?}");
+        }
     }
 }

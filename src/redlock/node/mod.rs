@@ -31,9 +31,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::clock;
-use super::connect::{Connector, FailureLog};
+use super::connect::{Connector, FailureLog, Reason};
+use super::scripts::scripts;
 use crate::config::{Endpoint, RedisConfig};
-use crate::metrics::Metrics;
+use crate::metrics::{EndpointLabels, Metrics};
 use connection::Verified;
 use health::Health;
 
@@ -98,7 +99,13 @@ impl Node {
         })?;
         metrics.new_endpoint(
             &endpoint.name,
-            &[clock::Direction::Forward, clock::Direction::Backward].map(|d| d.as_str()),
+            EndpointLabels {
+                directions: &[clock::Direction::Forward, clock::Direction::Backward]
+                    .map(|d| d.as_str()),
+                connect_reasons: &Reason::ALL.map(|r| r.label()),
+                commands: &scripts().all().map(|s| s.name),
+                command_error_kinds: &CommandError::KINDS,
+            },
         );
         Ok(Arc::new(Node {
             connect_failures: FailureLog::new(&endpoint.name, "redis connection", metrics.clone()),
