@@ -194,7 +194,8 @@ pub fn document() -> Value {
                     "operationId": "getMetrics",
                     "summary": "Prometheus metrics",
                     "description": "The Prometheus text format; the leadership gauges are \
-                        evaluated at scrape time. The metrics are listed in metrics.md.",
+                        evaluated at scrape time. Every metric is listed in the [metrics \
+                        reference](metrics.md).",
                     "responses": {
                         "200": text_body("The metrics.", METRICS_CONTENT_TYPE,
                             "redlock_elector_is_leader{lease=\"my-app\"} 1\n"),

@@ -38,17 +38,18 @@ pub struct MetricDoc {
 }
 
 /// The label values one Redis endpoint's series can take, each set spelled by the module that
-/// owns it; [`Metrics::new_endpoint`] creates every combination at 0.
-#[derive(Clone, Copy, Debug)]
-pub struct EndpointLabels<'a> {
+/// owns it (`redlock::node::endpoint_labels`); [`Metrics::new_endpoint`] creates every
+/// combination at 0.
+#[derive(Clone, Debug)]
+pub struct EndpointLabels {
     /// `direction` of `redis_clock_jumps_total`.
-    pub directions: &'a [&'a str],
+    pub directions: Vec<&'static str>,
     /// `reason` of `redis_connect_errors_total`.
-    pub connect_reasons: &'a [&'a str],
+    pub connect_reasons: Vec<&'static str>,
     /// `command` of `redis_command_duration_seconds` and `redis_command_errors_total`.
-    pub commands: &'a [&'a str],
+    pub commands: Vec<&'static str>,
     /// `kind` of `redis_command_errors_total`.
-    pub command_error_kinds: &'a [&'a str],
+    pub command_error_kinds: Vec<&'static str>,
 }
 
 /// All metrics of the process. The fields stay public for the call sites that still count
@@ -247,22 +248,22 @@ impl Metrics {
     /// A configured endpoint: its series start at 0 (down, not quarantined, not eligible, no
     /// clock jump, connect error or command error of any known label value, no command timed),
     /// so dashboards and alerts see every endpoint from the start rather than "No data".
-    pub fn new_endpoint(&self, endpoint: &str, known: EndpointLabels<'_>) {
+    pub fn new_endpoint(&self, endpoint: &str, known: &EndpointLabels) {
         self.set_redis_up(endpoint, false);
         self.set_redis_quarantined(endpoint, false);
         self.set_redis_eligible(endpoint, false);
-        for direction in known.directions {
+        for direction in &known.directions {
             self.redis_clock_jumps
                 .with_label_values(&[endpoint, direction]);
         }
-        for reason in known.connect_reasons {
+        for reason in &known.connect_reasons {
             self.redis_connect_errors
                 .with_label_values(&[endpoint, reason]);
         }
-        for command in known.commands {
+        for command in &known.commands {
             self.redis_command_duration
                 .with_label_values(&[endpoint, command]);
-            for kind in known.command_error_kinds {
+            for kind in &known.command_error_kinds {
                 self.redis_command_errors
                     .with_label_values(&[endpoint, command, kind]);
             }

@@ -124,8 +124,8 @@ fn render_configuration() -> String {
     let cmd = config::command();
     let mut out = format!("<!-- {GENERATED} -->\n\n# Configuration reference\n\n");
     out.push_str(
-        "Every setting has a key in the YAML file given with `--config` (camelCase, nested as \
-         the dots show; an unknown key is an error), a flag and an environment variable.\n\n",
+        "Each setting below has a key in the YAML file given with `--config` (camelCase, nested \
+         as the dots show; an unknown key is an error), a flag and an environment variable.\n\n",
     );
     if let Some(after) = cmd.get_after_help() {
         for line in after.to_string().lines() {
@@ -167,31 +167,66 @@ fn render_configuration() -> String {
     out
 }
 
+/// What `argv` prints: clap's own rendering of `--help` (as a user sees it, without colour).
+fn help_of(argv: &[&str]) -> String {
+    match config::command().try_get_matches_from(argv) {
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.to_string(),
+        other => panic!("{argv:?} did not print help: {other:?}"),
+    }
+}
+
 fn render_cli() -> String {
     let mut cmd = config::command();
     cmd.build();
+    let name = cmd.get_name().to_string();
     let mut out = format!(
         "<!-- {GENERATED} -->\n\n# Command line reference\n\n\
-         The `--help` of each command, as clap prints it. Every setting's flag also has an \
-         environment variable: see the [configuration reference](configuration.md).\n"
+         What `--help` prints for each command. Every setting's flag also has an environment \
+         variable and a YAML key: see the [configuration reference](configuration.md).\n"
     );
-    let mut add = |title: &str, help: String| {
-        let _ = write!(out, "\n## `{title}`\n\n```text\n{}\n```\n", help.trim_end());
+    let mut add = |argv: &[&str]| {
+        let text = help_of(argv);
+        let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+        let _ = write!(
+            out,
+            "\n## `{}`\n\n```text\n{}\n```\n",
+            argv[..argv.len() - 1].join(" "),
+            lines.join("\n").trim_end()
+        );
     };
-    add("redlock-elector", cmd.render_long_help().to_string());
-    let name = cmd.get_name().to_string();
-    let subs: Vec<String> = cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
-        .map(|s| s.get_name().to_string())
-        .collect();
-    for sub in subs {
-        let help = cmd
-            .find_subcommand_mut(&sub)
-            .expect("listed subcommand")
-            .render_long_help()
-            .to_string();
-        add(&format!("{name} {sub}"), help);
+    add(&[&name, "--help"]);
+    for sub in cmd.get_subcommands() {
+        if !sub.is_hide_set() && sub.get_name() != "help" {
+            add(&[&name, sub.get_name(), "--help"]);
+        }
+    }
+    out
+}
+
+/// The label values a fresh sidecar's registry holds for each metric (after the start-time
+/// initialisation of one endpoint): metric → label → values, in first-seen order. The labels
+/// whose values are names (`lease`, `endpoint`, `identity`, `version`) are left out.
+fn start_values(registry: &prometheus::Registry) -> BTreeMap<String, Vec<(String, Vec<String>)>> {
+    let mut out: BTreeMap<String, Vec<(String, Vec<String>)>> = BTreeMap::new();
+    for family in registry.gather() {
+        let labels = out.entry(family.name().to_string()).or_default();
+        for metric in family.get_metric() {
+            for pair in metric.get_label() {
+                if ["lease", "endpoint", "identity", "version"].contains(&pair.name()) {
+                    continue;
+                }
+                let i = match labels.iter().position(|(l, _)| l == pair.name()) {
+                    Some(i) => i,
+                    None => {
+                        labels.push((pair.name().to_string(), Vec::new()));
+                        labels.len() - 1
+                    }
+                };
+                if !labels[i].1.iter().any(|v| v == pair.value()) {
+                    labels[i].1.push(pair.value().to_string());
+                }
+            }
+        }
     }
     out
 }
@@ -199,15 +234,18 @@ fn render_cli() -> String {
 fn render_metrics() -> String {
     let registry = prometheus::Registry::new();
     let metrics = Metrics::register(&registry, "LEASE").expect("register the metrics");
+    metrics.new_endpoint("HOST:PORT", &redlock_elector::redlock::node::endpoint_labels());
+    let values = start_values(&registry);
     let mut out = format!(
         "<!-- {GENERATED} -->\n\n# Metrics reference\n\n\
          Every metric the sidecar registers, as `/metrics` describes it. `lease` is the lease \
          name; the per-endpoint and per-request series leave it out and are joined to it \
          through `redlock_elector_lease_info` (`* on (job, instance) group_left (lease)`). \
          `endpoint` is `host:port`, never a password. A histogram `NAME` is exposed as \
-         `NAME_bucket`, `NAME_sum` and `NAME_count`. Every series of a known label set exists \
-         from the start, at 0.\n\n\
-         | Metric | Type | Labels | Help |\n|---|---|---|---|\n"
+         `NAME_bucket`, `NAME_sum` and `NAME_count`. The label values listed exist from the \
+         start, at 0, for every configured endpoint, so that no panel shows \"No data\" on a \
+         healthy deployment; values not listed appear when they first occur.\n\n\
+         | Metric | Type | Labels | Values at start | Help |\n|---|---|---|---|---|\n"
     );
     for m in metrics.descriptors() {
         let labels = m
@@ -216,12 +254,23 @@ fn render_metrics() -> String {
             .map(|l| format!("`{l}`"))
             .collect::<Vec<_>>()
             .join(", ");
+        let start = values
+            .get(&m.name)
+            .into_iter()
+            .flatten()
+            .map(|(l, vs)| {
+                let vs: Vec<String> = vs.iter().map(|v| format!("`{v}`")).collect();
+                format!("`{l}`: {}", vs.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
         let _ = writeln!(
             out,
-            "| `{}` | {} | {} | {} |",
+            "| `{}` | {} | {} | {} | {} |",
             m.name,
             m.kind,
             if labels.is_empty() { "—".into() } else { labels },
+            if start.is_empty() { "—".into() } else { start },
             cell(&m.help)
         );
     }

@@ -38,6 +38,19 @@ use crate::metrics::{EndpointLabels, Metrics};
 use connection::Verified;
 use health::Health;
 
+/// Every label value an endpoint's series can take, from the modules that own each set: what
+/// [`Metrics::new_endpoint`] creates at 0 for every configured endpoint.
+pub fn endpoint_labels() -> EndpointLabels {
+    EndpointLabels {
+        directions: [clock::Direction::Forward, clock::Direction::Backward]
+            .map(|d| d.as_str())
+            .to_vec(),
+        connect_reasons: Reason::ALL.map(|r| r.label()).to_vec(),
+        commands: scripts().all().map(|s| s.name).to_vec(),
+        command_error_kinds: CommandError::KINDS.to_vec(),
+    }
+}
+
 /// Origin of the local monotonic µs that [`clock`] works with.
 static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
 
@@ -97,16 +110,7 @@ impl Node {
             let detail = e.to_string();
             redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis.tls", detail))
         })?;
-        metrics.new_endpoint(
-            &endpoint.name,
-            EndpointLabels {
-                directions: &[clock::Direction::Forward, clock::Direction::Backward]
-                    .map(|d| d.as_str()),
-                connect_reasons: &Reason::ALL.map(|r| r.label()),
-                commands: &scripts().all().map(|s| s.name),
-                command_error_kinds: &CommandError::KINDS,
-            },
-        );
+        metrics.new_endpoint(&endpoint.name, &endpoint_labels());
         Ok(Arc::new(Node {
             connect_failures: FailureLog::new(&endpoint.name, "redis connection", metrics.clone()),
             subscribe_failures: FailureLog::new(
