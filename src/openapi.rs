@@ -73,13 +73,14 @@ fn schemas() -> Map<String, Value> {
 pub fn document() -> Value {
     let api = format!("http://{}", default::API_LISTEN);
     let ops = format!("http://{}", default::OPS_LISTEN).replace("0.0.0.0", "{pod}");
-    let api_server =
-        || json!([{ "url": api, "description": "api.listen (localhost: the app in the same pod)" }]);
-    let ops_server = || json!([{
-        "url": ops,
-        "description": "ops.listen (all interfaces: the kubelet and Prometheus)",
-        "variables": { "pod": { "default": "localhost", "description": "the pod's address" } },
-    }]);
+    let api_server = || json!([{ "url": api, "description": "api.listen (localhost: the app in the same pod)" }]);
+    let ops_server = || {
+        json!([{
+            "url": ops,
+            "description": "ops.listen (all interfaces: the kubelet and Prometheus)",
+            "variables": { "pod": { "default": "localhost", "description": "the pod's address" } },
+        }])
+    };
     let view = |d: &str| json_body(d, "View");
     let error = |d: &str| json_body(d, "Error");
     json!({
@@ -263,7 +264,13 @@ mod tests {
         let doc = document();
         let view = &doc["components"]["schemas"]["View"];
         let required = view["required"].as_array().expect("required");
-        for field in ["is_leader", "fencing_token", "leader_rank", "candidate_ready", "nodes"] {
+        for field in [
+            "is_leader",
+            "fencing_token",
+            "leader_rank",
+            "candidate_ready",
+            "nodes",
+        ] {
             assert!(required.iter().any(|r| r == field), "{field}: {view:#}");
         }
         assert!(doc["components"]["schemas"]["Rank"].is_object(), "{doc:#}");

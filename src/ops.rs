@@ -80,12 +80,8 @@ pub fn routes(
         .and(warp::get())
         .and(o.clone())
         .map(|o: Ops| {
-            warp::reply::with_header(
-                o.render_metrics(),
-                "content-type",
-                METRICS_CONTENT_TYPE,
-            )
-            .into_response()
+            warp::reply::with_header(o.render_metrics(), "content-type", METRICS_CONTENT_TYPE)
+                .into_response()
         });
     let healthz = warp::path!("healthz")
         .and(warp::get())

@@ -208,7 +208,11 @@ pub enum Prefer {
 
 impl Prefer {
     /// Every value as written in the config (`--help` and the reference list them).
-    pub const NAMES: [&'static str; 3] = [Prefer::Newest.as_str(), Prefer::Oldest.as_str(), Prefer::None.as_str()];
+    pub const NAMES: [&'static str; 3] = [
+        Prefer::Newest.as_str(),
+        Prefer::Oldest.as_str(),
+        Prefer::None.as_str(),
+    ];
 
     /// The value as written in the config.
     pub const fn as_str(self) -> &'static str {
@@ -314,7 +318,11 @@ pub enum KubeEnabled {
 
 impl KubeEnabled {
     /// Every value as written in the config (`--help` and the reference list them).
-    pub const NAMES: [&'static str; 3] = [KubeEnabled::Auto.as_str(), KubeEnabled::On.as_str(), KubeEnabled::Off.as_str()];
+    pub const NAMES: [&'static str; 3] = [
+        KubeEnabled::Auto.as_str(),
+        KubeEnabled::On.as_str(),
+        KubeEnabled::Off.as_str(),
+    ];
 
     /// The value as written in the config.
     pub const fn as_str(self) -> &'static str {

@@ -55,7 +55,10 @@ pub fn reference() -> Result<Vec<SettingDoc>, String> {
                 return Err(format!("YAML key {key} is paired with the flag of {id}"));
             }
             let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
-            let (help, default) = match help.strip_suffix(']').and_then(|h| h.rsplit_once(" [default: ")) {
+            let (help, default) = match help
+                .strip_suffix(']')
+                .and_then(|h| h.rsplit_once(" [default: "))
+            {
                 Some((h, d)) => (h.to_string(), Some(d.to_string())),
                 None => (help, None),
             };
@@ -177,11 +180,16 @@ impl<'de> MapAccess<'de> for Fields<'_> {
             return Ok(None);
         };
         self.current = field;
-        seed.deserialize(IntoDeserializer::<'de, Self::Error>::into_deserializer(field))
-            .map(Some)
+        seed.deserialize(IntoDeserializer::<'de, Self::Error>::into_deserializer(
+            field,
+        ))
+        .map(Some)
     }
 
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Self::Error> {
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, Self::Error> {
         let prefix = if self.prefix.is_empty() {
             self.current.to_string()
         } else {
@@ -202,19 +210,31 @@ mod tests {
     fn every_setting_has_a_key_a_flag_an_env_var_and_help() {
         let all = reference().expect("serde fields and clap args in step");
         assert_eq!(all.len(), 32, "{all:#?}");
-        let ttl = all.iter().find(|s| s.key == "lease.ttl").expect("lease.ttl");
+        let ttl = all
+            .iter()
+            .find(|s| s.key == "lease.ttl")
+            .expect("lease.ttl");
         assert_eq!(
             (ttl.flag.as_str(), ttl.env.as_str(), ttl.value_name.as_str()),
             ("--ttl", "REDLOCK_ELECTOR_LEASE_TTL", "DURATION")
         );
         assert_eq!(ttl.default.as_deref(), Some("10s"));
         assert!(!ttl.help.contains("default"), "{}", ttl.help);
-        let endpoints = all.iter().find(|s| s.key == "redis.endpoints").expect("endpoints");
+        let endpoints = all
+            .iter()
+            .find(|s| s.key == "redis.endpoints")
+            .expect("endpoints");
         assert!(endpoints.list && endpoints.flag == "--redis");
-        let format = all.iter().find(|s| s.key == "log.format").expect("log.format");
+        let format = all
+            .iter()
+            .find(|s| s.key == "log.format")
+            .expect("log.format");
         assert_eq!(format.values, ["json", "text"]);
         for s in &all {
-            assert!(!s.help.is_empty() && s.env.starts_with("REDLOCK_ELECTOR_"), "{s:?}");
+            assert!(
+                !s.help.is_empty() && s.env.starts_with("REDLOCK_ELECTOR_"),
+                "{s:?}"
+            );
         }
     }
 
@@ -222,7 +242,15 @@ mod tests {
     fn every_listed_value_is_accepted_and_no_other() {
         let load = |flag: &str, v: &str| {
             // Pod name and namespace given: `--kubernetes true` needs them.
-            let args = ["x", "--lease", "a", "--redis", "redis://h", "--pod-name", "p"];
+            let args = [
+                "x",
+                "--lease",
+                "a",
+                "--redis",
+                "redis://h",
+                "--pod-name",
+                "p",
+            ];
             let args = args.into_iter().chain(["--namespace", "n", flag, v]);
             crate::config::load(args, &crate::config::ProcessEnv)
         };

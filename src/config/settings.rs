@@ -86,7 +86,9 @@ impl TypedValueParser for OneOf {
         arg: Option<&Arg>,
         value: &OsStr,
     ) -> Result<Text, clap::Error> {
-        StringValueParser::new().parse_ref(cmd, arg, value).map(Text)
+        StringValueParser::new()
+            .parse_ref(cmd, arg, value)
+            .map(Text)
     }
 
     fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {

@@ -69,15 +69,24 @@ impl Builder<'_> {
     }
 
     pub(super) fn int_gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
-        self.register("gauge", IntGauge::with_opts(self.opts(Scope::Lease, name, help)))
+        self.register(
+            "gauge",
+            IntGauge::with_opts(self.opts(Scope::Lease, name, help)),
+        )
     }
 
     pub(super) fn gauge(&self, name: &str, help: &str) -> prometheus::Result<Gauge> {
-        self.register("gauge", Gauge::with_opts(self.opts(Scope::Lease, name, help)))
+        self.register(
+            "gauge",
+            Gauge::with_opts(self.opts(Scope::Lease, name, help)),
+        )
     }
 
     pub(super) fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
-        self.register("counter", IntCounter::with_opts(self.opts(Scope::Lease, name, help)))
+        self.register(
+            "counter",
+            IntCounter::with_opts(self.opts(Scope::Lease, name, help)),
+        )
     }
 
     pub(super) fn gauge_vec(
@@ -87,7 +96,10 @@ impl Builder<'_> {
         help: &str,
         labels: &[&str],
     ) -> prometheus::Result<IntGaugeVec> {
-        self.register("gauge", IntGaugeVec::new(self.opts(scope, name, help), labels))
+        self.register(
+            "gauge",
+            IntGaugeVec::new(self.opts(scope, name, help), labels),
+        )
     }
 
     pub(super) fn counter_vec(
@@ -97,7 +109,10 @@ impl Builder<'_> {
         help: &str,
         labels: &[&str],
     ) -> prometheus::Result<IntCounterVec> {
-        self.register("counter", IntCounterVec::new(self.opts(scope, name, help), labels))
+        self.register(
+            "counter",
+            IntCounterVec::new(self.opts(scope, name, help), labels),
+        )
     }
 
     pub(super) fn histogram(

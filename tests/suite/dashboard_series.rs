@@ -24,15 +24,45 @@ pub struct Selector {
     pub matchers: Vec<Matcher>,
 }
 
+/// PromQL's aggregation operators: `sum by (x) (...)` puts a clause between them and `(`.
+const AGGREGATIONS: &[&str] = &[
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
+];
+
 /// PromQL words that are not metric names when they stand alone.
 const KEYWORDS: &[&str] = &[
-    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
-    "unless", "offset", "inf", "nan",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
 ];
 
 /// The vector selectors of a PromQL expression: every identifier that is not a function or
 /// aggregation (followed by `(`), a keyword, or a label of a `by (...)`/`on (...)` list, with
 /// the matchers in the braces after it. Strings, numbers and `[range]`s are skipped.
+/// (Every metric here is `redlock_elector_*`; none is named like an aggregation.)
 pub fn selectors(expr: &str) -> Vec<Selector> {
     let c: Vec<char> = expr.chars().collect();
     let mut i = 0;
@@ -93,7 +123,7 @@ pub fn selectors(expr: &str) -> Vec<Selector> {
                 );
                 continue;
             }
-            if j < c.len() && c[j] == '(' {
+            if (j < c.len() && c[j] == '(') || AGGREGATIONS.contains(&lower.as_str()) {
                 continue; // a function or an aggregation
             }
             let mut sel = Selector {
@@ -188,18 +218,28 @@ fn expressions() -> Vec<(String, String)> {
     for p in dashboard["panels"].as_array().expect("panels") {
         for t in p["targets"].as_array().into_iter().flatten() {
             if let Some(e) = t["expr"].as_str() {
-                out.push((format!("panel {:?}", p["title"]), e.to_string()));
+                out.push((
+                    format!("panel {:?}", p["title"].as_str().unwrap_or("?")),
+                    e.to_string(),
+                ));
             }
         }
     }
-    for v in dashboard["templating"]["list"].as_array().into_iter().flatten() {
+    for v in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         if let Some(q) = v["definition"].as_str() {
             // label_values(SELECTOR, label): the selector is what must have series.
             let inner = q
                 .strip_prefix("label_values(")
                 .and_then(|r| r.rsplit_once(','))
                 .map_or(q, |(sel, _)| sel);
-            out.push((format!("variable {:?}", v["name"]), inner.to_string()));
+            out.push((
+                format!("variable {:?}", v["name"].as_str().unwrap_or("?")),
+                inner.to_string(),
+            ));
         }
     }
     let alerts: Value = serde_saphyr::from_str(
@@ -225,7 +265,13 @@ fn dashboard_series_parser_reads_selectors_and_matchers() {
          redlock_elector_lease_info > 2",
     );
     let names: Vec<&str> = got.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["redlock_elector_renewals_total", "redlock_elector_lease_info"]);
+    assert_eq!(
+        names,
+        [
+            "redlock_elector_renewals_total",
+            "redlock_elector_lease_info"
+        ]
+    );
     assert_eq!(
         got[0].matchers[0],
         Matcher {
@@ -273,5 +319,8 @@ fn dashboard_series_all_present_on_a_fresh_sidecar() {
          show \"No data\"; initialise the label values at start):\n{}\n\n/metrics:\n{text}",
         missing.join("\n")
     );
-    report("dashboard/alert selectors with a series on a fresh sidecar", checked);
+    report(
+        "dashboard/alert selectors with a series on a fresh sidecar",
+        checked,
+    );
 }

@@ -98,7 +98,9 @@ impl Contract {
                     matches!(status, 404 | 405) && shared.is_object(),
                     "{method} {path} answered {status}, which the document does not list \
                      (it lists {:?})",
-                    op["responses"].as_object().map(|m| m.keys().collect::<Vec<_>>())
+                    op["responses"]
+                        .as_object()
+                        .map(|m| m.keys().collect::<Vec<_>>())
                 );
                 shared.clone()
             }
@@ -127,12 +129,19 @@ impl Contract {
             );
         };
         if normalize(&a.content_type) != "application/json" {
-            assert_eq!(media["schema"]["type"], "string", "{method} {path}: a text body");
+            assert_eq!(
+                media["schema"]["type"], "string",
+                "{method} {path}: a text body"
+            );
             return None;
         }
         let body: Value = serde_json::from_str(&a.body)
             .unwrap_or_else(|e| panic!("{method} {path}: body is not JSON ({e}): {}", a.body));
-        self.validate(&media["schema"], &body, &format!("{method} {path} {}", a.status));
+        self.validate(
+            &media["schema"],
+            &body,
+            &format!("{method} {path} {}", a.status),
+        );
         Some(body)
     }
 
@@ -150,7 +159,10 @@ impl Contract {
                 }
             }
         }
-        assert!(missing.is_empty(), "operations never exercised: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "operations never exercised: {missing:?}"
+        );
     }
 }
 
@@ -242,11 +254,21 @@ fn openapi_live_answers_match_the_document() {
 
     // /leader as leader and as follower: every field present, no undocumented one.
     let lead = c
-        .check("GET", "/leader", &request("GET", a.api_port, "/leader"), "NotFound")
+        .check(
+            "GET",
+            "/leader",
+            &request("GET", a.api_port, "/leader"),
+            "NotFound",
+        )
         .expect("JSON");
     assert_eq!(lead["is_leader"], true, "{lead}");
     let follow = c
-        .check("GET", "/leader", &request("GET", b.api_port, "/leader"), "NotFound")
+        .check(
+            "GET",
+            "/leader",
+            &request("GET", b.api_port, "/leader"),
+            "NotFound",
+        )
         .expect("JSON");
     assert_eq!(follow["is_leader"], false, "{follow}");
     assert_eq!(follow["fencing_token"], Value::Null, "{follow}");
@@ -257,7 +279,11 @@ fn openapi_live_answers_match_the_document() {
         .check(
             "GET",
             "/leader",
-            &request("GET", a.api_port, &format!("/leader?wait=200ms&version={v}")),
+            &request(
+                "GET",
+                a.api_port,
+                &format!("/leader?wait=200ms&version={v}"),
+            ),
             "NotFound",
         )
         .expect("JSON");
@@ -274,9 +300,13 @@ fn openapi_live_answers_match_the_document() {
     let (ans, data) = first_event(a.api_port);
     assert_eq!(ans.status, 200, "{}", ans.body);
     c.check("GET", "/leader/watch", &ans, "NotFound");
-    let media = &c.doc["paths"]["/leader/watch"]["get"]["responses"]["200"]["content"]
-        ["text/event-stream"];
-    c.validate(&media["x-event-data"], &data, "GET /leader/watch first event");
+    let media =
+        &c.doc["paths"]["/leader/watch"]["get"]["responses"]["200"]["content"]["text/event-stream"];
+    c.validate(
+        &media["x-event-data"],
+        &data,
+        "GET /leader/watch first event",
+    );
 
     // The compat answer, once b has seen a as the holder.
     wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
@@ -327,8 +357,5 @@ fn openapi_live_answers_match_the_document() {
     assert_eq!(after["is_leader"], false, "{after}");
 
     c.assert_all_visited();
-    report(
-        "openapi live check: operations exercised",
-        c.visited.len(),
-    );
+    report("openapi live check: operations exercised", c.visited.len());
 }

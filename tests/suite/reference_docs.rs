@@ -69,7 +69,12 @@ pub fn line_diff(old: &str, new: &str) -> String {
         let _ = writeln!(out, "+ {l}");
     }
     if ea - first > 20 || eb - first > 20 {
-        let _ = writeln!(out, "  ... ({} lines removed, {} added)", ea - first, eb - first);
+        let _ = writeln!(
+            out,
+            "  ... ({} lines removed, {} added)",
+            ea - first,
+            eb - first
+        );
     }
     out
 }
@@ -234,7 +239,10 @@ fn start_values(registry: &prometheus::Registry) -> BTreeMap<String, Vec<(String
 fn render_metrics() -> String {
     let registry = prometheus::Registry::new();
     let metrics = Metrics::register(&registry, "LEASE").expect("register the metrics");
-    metrics.new_endpoint("HOST:PORT", &redlock_elector::redlock::node::endpoint_labels());
+    metrics.new_endpoint(
+        "HOST:PORT",
+        &redlock_elector::redlock::node::endpoint_labels(),
+    );
     let values = start_values(&registry);
     let mut out = format!(
         "<!-- {GENERATED} -->\n\n# Metrics reference\n\n\
@@ -269,8 +277,16 @@ fn render_metrics() -> String {
             "| `{}` | {} | {} | {} | {} |",
             m.name,
             m.kind,
-            if labels.is_empty() { "—".into() } else { labels },
-            if start.is_empty() { "—".into() } else { start },
+            if labels.is_empty() {
+                "—".into()
+            } else {
+                labels
+            },
+            if start.is_empty() {
+                "—".into()
+            } else {
+                start
+            },
             cell(&m.help)
         );
     }
@@ -327,7 +343,10 @@ fn render_http_api() -> String {
         let _ = write!(
             out,
             "\n## {}\n",
-            tag["description"].as_str().unwrap_or(tag_name).trim_end_matches('.')
+            tag["description"]
+                .as_str()
+                .unwrap_or(tag_name)
+                .trim_end_matches('.')
         );
         for (path, item) in doc["paths"].as_object().into_iter().flatten() {
             for (method, op) in item.as_object().into_iter().flatten() {
@@ -373,11 +392,18 @@ fn render_http_api() -> String {
         }
     }
     out.push_str("\n## Bodies\n");
-    for (name, schema) in doc["components"]["schemas"].as_object().into_iter().flatten() {
+    for (name, schema) in doc["components"]["schemas"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
         let _ = write!(
             out,
             "\n### {name}\n\n{}\n\n| Field | Type | Description |\n|---|---|---|\n",
-            schema["description"].as_str().unwrap_or_default().replace('\n', " ")
+            schema["description"]
+                .as_str()
+                .unwrap_or_default()
+                .replace('\n', " ")
         );
         for (field, s) in schema["properties"].as_object().into_iter().flatten() {
             let _ = writeln!(
@@ -441,7 +467,11 @@ fn chart_config_leaves(schema: &Value) -> BTreeMap<String, Value> {
         match s.get("properties").and_then(Value::as_object) {
             Some(props) => {
                 for (k, v) in props {
-                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
                     walk(root, &key, v, out);
                 }
             }
@@ -466,7 +496,13 @@ fn chart_default(values: &Value, key: &str) -> Option<Value> {
 /// the effective settings as `check-config` prints them, or the error.
 fn effective(extra: &[&str]) -> Result<String, String> {
     // Pod name and namespace given, so that `--kubernetes true` is valid too.
-    let mut argv = vec!["redlock-elector", "--lease", "x", "--redis", "redis://127.0.0.1:6379"];
+    let mut argv = vec![
+        "redlock-elector",
+        "--lease",
+        "x",
+        "--redis",
+        "redis://127.0.0.1:6379",
+    ];
     argv.extend(["--pod-name", "p", "--namespace", "n"]);
     argv.extend_from_slice(extra);
     config::load(argv, &config::ProcessEnv)
@@ -486,8 +522,14 @@ fn as_arg(v: &Value) -> String {
 fn typed(s: &SettingDoc, text: &str) -> Value {
     match s.value_name.as_str() {
         "BOOL" => Value::Bool(text == "true"),
-        "NUMBER" => text.parse::<f64>().map(Value::from).unwrap_or(Value::from(text)),
-        "INTEGER" => text.parse::<i64>().map(Value::from).unwrap_or(Value::from(text)),
+        "NUMBER" => text
+            .parse::<f64>()
+            .map(Value::from)
+            .unwrap_or(Value::from(text)),
+        "INTEGER" => text
+            .parse::<i64>()
+            .map(Value::from)
+            .unwrap_or(Value::from(text)),
         _ => Value::from(text),
     }
 }
@@ -528,7 +570,9 @@ fn reference_docs_chart_values_agree_with_the_config_reference() {
     };
     for (key, leaf) in &leaves {
         let Some(s) = settings.get(key) else {
-            problems.push(format!("config.{key}: the chart offers a key the sidecar does not have"));
+            problems.push(format!(
+                "config.{key}: the chart offers a key the sidecar does not have"
+            ));
             continue;
         };
         shared += 1;
@@ -554,37 +598,52 @@ fn reference_docs_chart_values_agree_with_the_config_reference() {
                     continue; // "" = the binary's default, left out of the rendered file
                 }
                 if !s.values.is_empty() && !s.values.contains(&arg) {
-                    problems.push(format!("config.{key}: the chart allows {arg:?}, the sidecar's values are {:?}", s.values));
+                    problems.push(format!(
+                        "config.{key}: the chart allows {arg:?}, the sidecar's values are {:?}",
+                        s.values
+                    ));
                 }
                 if let Err(e) = effective(&[&s.flag, &arg]) {
-                    problems.push(format!("config.{key}: the chart allows {arg:?}, the sidecar rejects it: {e}"));
+                    problems.push(format!(
+                        "config.{key}: the chart allows {arg:?}, the sidecar rejects it: {e}"
+                    ));
                 }
             }
         }
         for v in &s.values {
             if !validator.is_valid(&with(key, typed(s, v))) {
-                problems.push(format!("config.{key}: the sidecar takes {v:?}, values.schema.json rejects it"));
+                problems.push(format!(
+                    "config.{key}: the sidecar takes {v:?}, values.schema.json rejects it"
+                ));
             }
         }
         // Defaults, where both state one: the sidecar's must pass the chart's schema, and the
         // chart's must mean the same effective setting.
-        let config_default = s.default.as_deref().filter(|d| {
-            effective(&[&s.flag, d]).is_ok_and(|e| e == baseline)
-        });
+        let config_default = s
+            .default
+            .as_deref()
+            .filter(|d| effective(&[&s.flag, d]).is_ok_and(|e| e == baseline));
         if let Some(d) = config_default
             && !validator.is_valid(&with(key, typed(s, d)))
         {
-            problems.push(format!("config.{key}: the sidecar's default {d:?} fails values.schema.json"));
+            problems.push(format!(
+                "config.{key}: the sidecar's default {d:?} fails values.schema.json"
+            ));
         }
         let chart = chart_default(&values, key);
-        let chart_arg = chart.as_ref().map(as_arg).filter(|a| !a.is_empty() && a != "[]");
+        let chart_arg = chart
+            .as_ref()
+            .map(as_arg)
+            .filter(|a| !a.is_empty() && a != "[]");
         if let (Some(d), Some(c)) = (config_default, chart_arg) {
             match effective(&[&s.flag, &c]) {
                 Ok(e) if e == baseline => {}
                 Ok(_) => problems.push(format!(
                     "config.{key}: values.yaml's default {c:?} differs from the sidecar's {d:?}"
                 )),
-                Err(e) => problems.push(format!("config.{key}: values.yaml's {c:?} is rejected: {e}")),
+                Err(e) => problems.push(format!(
+                    "config.{key}: values.yaml's {c:?} is rejected: {e}"
+                )),
             }
         }
     }
@@ -600,16 +659,23 @@ fn reference_docs_chart_values_agree_with_the_config_reference() {
             .collect();
         let key = key.trim_end_matches('.');
         if !leaves.contains_key(key) && !leaves.keys().any(|l| l.starts_with(&format!("{key}."))) {
-            problems.push(format!("_config.tpl reads config.{key}, which values.schema.json does not have"));
+            problems.push(format!(
+                "_config.tpl reads config.{key}, which values.schema.json does not have"
+            ));
         }
         if let Some(last) = key.rsplit('.').next()
             && settings.contains_key(key)
             && !tpl.contains(&format!("{last}:"))
         {
-            problems.push(format!("_config.tpl reads config.{key} but never writes a `{last}:` key"));
+            problems.push(format!(
+                "_config.tpl reads config.{key} but never writes a `{last}:` key"
+            ));
         }
     }
-    assert!(shared >= 25, "only {shared} shared keys found: is the schema's `config` section moved?");
+    assert!(
+        shared >= 25,
+        "only {shared} shared keys found: is the schema's `config` section moved?"
+    );
     assert!(
         problems.is_empty(),
         "the chart and the configuration reference disagree:\n{}",
