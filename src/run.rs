@@ -182,6 +182,7 @@ fn start_nodes(redlock: &Redlock, handles: &Handles, stop: &CancellationToken) {
 }
 
 fn start_publisher(settings: k8s::Settings, metrics: &Metrics, handles: &Handles) -> Publisher {
+    metrics.new_kube_requests(&k8s::call::VERBS, &k8s::call::RESULTS);
     let finish = CancellationToken::new();
     let task = tokio::spawn(
         k8s::Publisher::new(

@@ -319,6 +319,15 @@ impl Metrics {
             .inc();
     }
 
+    /// The Kubernetes publisher starts: every `verb` × `result` series at 0.
+    pub fn new_kube_requests(&self, verbs: &[&str], results: &[&str]) {
+        for verb in verbs {
+            for result in results {
+                self.kube_requests.with_label_values(&[verb, result]);
+            }
+        }
+    }
+
     /// A Kubernetes API request ended.
     pub fn kube_request(&self, verb: &str, result: &str) {
         self.kube_requests.with_label_values(&[verb, result]).inc();

@@ -243,6 +243,9 @@ fn render_metrics() -> String {
         "HOST:PORT",
         &redlock_elector::redlock::node::endpoint_labels(),
     );
+    // As the Kubernetes publisher does when it starts.
+    use redlock_elector::publish::k8s::call::{RESULTS, VERBS};
+    metrics.new_kube_requests(&VERBS, &RESULTS);
     let values = start_values(&registry);
     let mut out = format!(
         "<!-- {GENERATED} -->\n\n# Metrics reference\n\n\
@@ -251,8 +254,8 @@ fn render_metrics() -> String {
          through `redlock_elector_lease_info` (`* on (job, instance) group_left (lease)`). \
          `endpoint` is `host:port`, never a password. A histogram `NAME` is exposed as \
          `NAME_bucket`, `NAME_sum` and `NAME_count`. The label values listed exist from the \
-         start, at 0, for every configured endpoint, so that no panel shows \"No data\" on a \
-         healthy deployment; values not listed appear when they first occur.\n\n\
+         start, at 0 (per configured endpoint; the Kubernetes ones once publishing starts), so \
+         that no panel shows \"No data\" on a healthy deployment.\n\n\
          | Metric | Type | Labels | Values at start | Help |\n|---|---|---|---|---|\n"
     );
     for m in metrics.descriptors() {
