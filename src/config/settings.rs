@@ -3,6 +3,9 @@
 //! from [`default`]. The file fills a [`Settings`]; flags and env overwrite what they set
 //! ([`crate::config::cli`]). Values stay text until [`crate::config::validate()`], so that every
 //! error names the field (`lease.ttl: "10" is not a duration`) whichever layer it came from.
+//! `docs/reference/configuration.md` is generated from this file ([`super::reference()`]): a
+//! setting's help line is its description there, `value_name` its kind (`DURATION`, `BOOL`,
+//! `NUMBER`, `INTEGER`, ...), its `OneOf` parser its accepted values.
 
 use std::ffi::OsStr;
 use std::fmt::Display;

@@ -4,8 +4,9 @@
 //! `endpoint` (`host:port`, ≤ 16), `command`, `result` and `reason` (fixed sets, spelled once by
 //! the enums here and in the modules that own them).
 //!
-//! Names, help texts and label sets are a documented interface (README "Metrics",
-//! tests/observability): change them only together with the docs.
+//! Names, help texts and label sets are a documented interface: `docs/reference/metrics.md` is
+//! generated from [`Metrics::descriptors`] (regenerate it with the change), and the dashboard,
+//! the alerts and tests/observability use them.
 
 mod builder;
 mod labels;
