@@ -120,6 +120,10 @@ fn a_named_successor_that_is_gone_delays_the_handover_by_at_most_the_grace() {
     let c = Sidecar::start("c", &refs, &opts("gone", "newest", 9, settle));
     wait_candidate_ready(&b);
     wait_candidate_ready(&c);
+    // b is not named: it takes over on its own votes, so it must count a quorum itself (a ready
+    // candidate need not, since the release proof).
+    b.wait_eligible(TTL * 3);
+    c.wait_eligible(TTL * 3);
     let mut gaps = Vec::new();
     // Freeze c right after one of its record refreshes: its record (3 retries of life) still
     // says ready, so the leader names it, but it cannot answer.
