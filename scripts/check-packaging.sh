@@ -56,7 +56,7 @@ rm -rf "$OUT/rendered"
 # must still render), and native sidecars are refused below 1.29 with the chart's own message.
 step "helm CLI: lint --strict and template of every ci/*.yaml at Kubernetes $KUBE_MIN and the newest, Kubernetes < 1.29 refused"
 HELM_BIN="$(scripts/control-plane.sh build)/helm" \
-  || die "the helm CLI is not built: scripts/control-plane.sh build needs Go 1.26 and the Go module proxy (see README, Development)"
+  || die "the helm CLI is not built: scripts/control-plane.sh build needs Go 1.26 and the Go module proxy (see docs/development.md)"
 "$HELM_BIN" version --short | sed 's/^/    /'
 KUBE_CP="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { sub(/^v/, "", $2); print $2; exit }' tests/control-plane/kubernetes/go.mod)"
 [ -n "$KUBE_CP" ] || die "cannot read the Kubernetes version from tests/control-plane/kubernetes/go.mod"
@@ -85,10 +85,17 @@ echo "    1.28: refused by kubeVersion ($(tr -d '\n' < "$OUT/helm-cli.log" | cut
 # The post-renderer route for third-party charts, through the helm CLI itself: the plugin
 # installed into a private plugin dir, `helm template --post-renderer` of a stand-in chart.
 step "helm CLI: the post-renderer plugin (scripts/helm-post-renderer) on a third-party chart"
-rm -rf "$OUT/helm-plugins" && mkdir -p "$OUT/helm-plugins"
-HELM_PLUGINS="$OUT/helm-plugins" "$HELM_BIN" plugin install scripts/helm-post-renderer > "$OUT/helm-cli.log" 2>&1 \
+# Helm 4 installs plugins under HELM_DATA_HOME (not HELM_PLUGINS): both point into $OUT, so the
+# user's own Helm directories are not touched.
+HELM_HOME_TMP="$OUT/helm-home"
+rm -rf "$HELM_HOME_TMP" && mkdir -p "$HELM_HOME_TMP"
+helm_private() {
+  HELM_DATA_HOME="$HELM_HOME_TMP/data" HELM_PLUGINS="$HELM_HOME_TMP/data/plugins" HELM_CONFIG_HOME="$HELM_HOME_TMP/config" \
+    HELM_CACHE_HOME="$HELM_HOME_TMP/cache" PATH="$VENV/bin:$PATH" "$HELM_BIN" "$@"
+}
+helm_private plugin install scripts/helm-post-renderer > "$OUT/helm-cli.log" 2>&1 \
   || { cat "$OUT/helm-cli.log"; die "helm plugin install scripts/helm-post-renderer failed"; }
-PATH="$VENV/bin:$PATH" HELM_PLUGINS="$OUT/helm-plugins" "$HELM_BIN" template shop tests/packaging/third-party-chart -n shop \
+helm_private template shop tests/packaging/third-party-chart -n shop \
   --post-renderer redlock-elector-sidecar \
   --post-renderer-args "--config=$REPO/manifests/example-existing-workload/config.yaml" \
   --post-renderer-args StatefulSet/shop-db > "$OUT/post-rendered.yaml" 2> "$OUT/helm-cli.log" \

@@ -16,7 +16,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use futures::Stream;
-use serde_json::json;
+use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 use warp::http::StatusCode;
@@ -32,7 +32,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(300);
 const SSE_UNTIL: Duration = Duration::from_secs(86_400 * 365);
 
 /// How often an open SSE stream sends a keep-alive comment.
-const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// A malformed query string of `GET /leader`, answered with 400.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -93,12 +93,28 @@ pub fn changes(shared: Shared) -> impl Stream<Item = View> {
     })
 }
 
+/// The body of every error answer of the API.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ErrorBody {
+    /// What is wrong, e.g. `wait: "soon" is not a duration (e.g. "30s")`.
+    pub error: String,
+}
+
+/// The answer of `GET /`: the shape of the kubernetes contrib `leader-elector` and of
+/// nais/elector.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct Compat {
+    /// The leader's identity; empty while none is known.
+    pub name: String,
+    /// When leadership last changed as this sidecar saw it, RFC 3339 (UTC, seconds).
+    pub last_update: String,
+}
+
 fn error(status: StatusCode, message: impl Into<String>) -> warp::reply::Response {
-    warp::reply::with_status(
-        warp::reply::json(&json!({ "error": message.into() })),
-        status,
-    )
-    .into_response()
+    let body = ErrorBody {
+        error: message.into(),
+    };
+    warp::reply::with_status(warp::reply::json(&body), status).into_response()
 }
 
 /// Parse the long-poll parameters. `Ok(None)` means answer at once.
@@ -138,13 +154,13 @@ async fn get_leader(
 }
 
 /// `GET /`: the leader-elector / nais elector answer.
-pub fn compat(shared: &Shared) -> serde_json::Value {
+pub fn compat(shared: &Shared) -> Compat {
     let now = Instant::now();
     let s = shared.leadership.borrow().at(now);
-    json!({
-        "name": s.leader.unwrap_or_default(),
-        "last_update": humantime::format_rfc3339_seconds(s.changed_at).to_string(),
-    })
+    Compat {
+        name: s.leader.unwrap_or_default(),
+        last_update: humantime::format_rfc3339_seconds(s.changed_at).to_string(),
+    }
 }
 
 async fn post_step_down(

@@ -33,6 +33,8 @@
 //!   `standing.rs` (the own pod's revision and readiness).
 //! - [`metrics`] — the Prometheus registry: [`metrics::Metrics::register`] and one method per
 //!   event counted.
+//! - [`openapi`] — the OpenAPI 3.1 document of both HTTP servers (the generated reference
+//!   `docs/reference/http-api.*` and the live check against it).
 //! - [`backoff`] — the one retry backoff and the random delays.
 //! - [`probe`] — `check-config --connect`: the real handshake against every endpoint, and the
 //!   quorum verdict.
@@ -50,6 +52,7 @@ pub mod elector;
 pub mod leadership;
 pub mod logging;
 pub mod metrics;
+pub mod openapi;
 pub mod ops;
 pub mod probe;
 pub mod publish;

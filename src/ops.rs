@@ -18,6 +18,9 @@ use crate::leadership::Shared;
 use crate::metrics::{LeadershipGauges, Metrics};
 use crate::redlock::node::Node;
 
+/// The `Content-Type` of `/metrics`: the Prometheus text format.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
 /// What the ops handlers read.
 #[derive(Clone)]
 pub struct Ops {
@@ -43,6 +46,8 @@ impl Ops {
             leader_known: view.leader.is_some(),
         });
         self.metrics.set_identity(&self.shared.identity);
+        self.metrics
+            .set_quorum_wait(view.quorum_counts_in_ms.map(Duration::from_millis));
         let usable = self
             .nodes
             .iter()
@@ -75,12 +80,8 @@ pub fn routes(
         .and(warp::get())
         .and(o.clone())
         .map(|o: Ops| {
-            warp::reply::with_header(
-                o.render_metrics(),
-                "content-type",
-                "text/plain; version=0.0.4; charset=utf-8",
-            )
-            .into_response()
+            warp::reply::with_header(o.render_metrics(), "content-type", METRICS_CONTENT_TYPE)
+                .into_response()
         });
     let healthz = warp::path!("healthz")
         .and(warp::get())

@@ -9,6 +9,7 @@ pub const SECTIONS: &[&str] = &[
     "acquire",
     "tls",
     "handover",
+    "restart",
     "failover",
     "rollout",
     "load",

@@ -9,6 +9,7 @@
 //! - [`cli`] — the command line; [`file`](mod@file) — the YAML file.
 //! - [`validate`](mod@validate) — [`Settings`] into [`Config`], one short function per section.
 //! - [`endpoint`] — Redis URLs; [`render`] — the `check-config` YAML.
+//! - [`reference`](mod@reference) — every setting as the generated configuration reference lists it.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -19,6 +20,7 @@ use std::time::Duration;
 pub mod cli;
 pub mod endpoint;
 pub mod file;
+pub mod reference;
 pub mod render;
 pub mod settings;
 pub mod validate;
@@ -28,6 +30,7 @@ mod tests;
 
 pub use cli::{Mode, Parsed, UnsafeSwitches, command, parse_args};
 pub use endpoint::{Endpoint, parse_endpoint};
+pub use reference::{SettingDoc, reference};
 pub use render::effective_yaml;
 pub use settings::Settings;
 pub use validate::{MIN_TTL, fmt_dur, is_dns_label, parse_duration, read_password_file, validate};
@@ -204,8 +207,15 @@ pub enum Prefer {
 }
 
 impl Prefer {
+    /// Every value as written in the config (`--help` and the reference list them).
+    pub const NAMES: [&'static str; 3] = [
+        Prefer::Newest.as_str(),
+        Prefer::Oldest.as_str(),
+        Prefer::None.as_str(),
+    ];
+
     /// The value as written in the config.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Prefer::Newest => "newest",
             Prefer::Oldest => "oldest",
@@ -307,8 +317,15 @@ pub enum KubeEnabled {
 }
 
 impl KubeEnabled {
+    /// Every value as written in the config (`--help` and the reference list them).
+    pub const NAMES: [&'static str; 3] = [
+        KubeEnabled::Auto.as_str(),
+        KubeEnabled::On.as_str(),
+        KubeEnabled::Off.as_str(),
+    ];
+
     /// The value as written in the config.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             KubeEnabled::Auto => "auto",
             KubeEnabled::On => "true",
@@ -336,8 +353,11 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
+    /// Every value as written in the config (`--help` and the reference list them).
+    pub const NAMES: [&'static str; 2] = [LogFormat::Json.as_str(), LogFormat::Text.as_str()];
+
     /// The value as written in the config.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             LogFormat::Json => "json",
             LogFormat::Text => "text",

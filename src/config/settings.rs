@@ -3,14 +3,19 @@
 //! from [`default`]. The file fills a [`Settings`]; flags and env overwrite what they set
 //! ([`crate::config::cli`]). Values stay text until [`crate::config::validate()`], so that every
 //! error names the field (`lease.ttl: "10" is not a duration`) whichever layer it came from.
+//! `docs/reference/configuration.md` is generated from this file ([`super::reference()`]): a
+//! setting's help line is its description there, `value_name` its kind (`DURATION`, `BOOL`,
+//! `NUMBER`, `INTEGER`, ...), its `OneOf` parser its accepted values.
 
+use std::ffi::OsStr;
 use std::fmt::Display;
 
-use clap::Args;
+use clap::builder::{PossibleValue, StringValueParser, TypedValueParser};
+use clap::{Arg, Args, Command};
 use serde::{Deserialize, Deserializer};
 
 use super::file::Text;
-use super::fmt_dur;
+use super::{KubeEnabled, LogFormat, Prefer, fmt_dur};
 
 /// The built-in defaults, each written once: validation falls back to them and `--help`
 /// shows them.
@@ -67,6 +72,31 @@ pub mod default {
 /// A help line ending in its default, as clap would print one.
 fn with_default(help: &str, default: impl Display) -> String {
     format!("{help} [default: {default}]")
+}
+
+/// The parser of a setting with a fixed set of values: clap lists them (`--help`, the reference)
+/// but keeps the value as given, so that validation reports a wrong one naming the field, as it
+/// does for the file.
+#[derive(Clone, Copy)]
+struct OneOf(&'static [&'static str]);
+
+impl TypedValueParser for OneOf {
+    type Value = Text;
+
+    fn parse_ref(
+        &self,
+        cmd: &Command,
+        arg: Option<&Arg>,
+        value: &OsStr,
+    ) -> Result<Text, clap::Error> {
+        StringValueParser::new()
+            .parse_ref(cmd, arg, value)
+            .map(Text)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(self.0.iter().map(PossibleValue::new)))
+    }
 }
 
 /// A section written as `lease:` with no value (YAML null) is an empty section.
@@ -137,7 +167,8 @@ pub struct LeaseSettings {
         help = with_default("Follower retry period, jittered", fmt_dur(default::RETRY_EVERY)))]
     pub retry_every: Option<Text>,
     /// `lease.driftFactor`.
-    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_DRIFT_FACTOR", value_name = "VALUE",
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_DRIFT_FACTOR",
+        value_name = "NUMBER",
         help = with_default("Clock drift allowance, in [0, 0.1)", default::DRIFT_FACTOR))]
     pub drift_factor: Option<Text>,
     /// `lease.prefer`.
@@ -145,11 +176,12 @@ pub struct LeaseSettings {
         long,
         env = "REDLOCK_ELECTOR_LEASE_PREFER",
         value_name = "VALUE",
-        help = "Which candidate leads during rollouts: newest|oldest|none [default: newest with Kubernetes, else none]"
+        value_parser = OneOf(&Prefer::NAMES),
+        help = "Which candidate leads during rollouts [default: newest with Kubernetes, else none]"
     )]
     pub prefer: Option<Text>,
     /// `lease.priority`.
-    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_PRIORITY", value_name = "VALUE",
+    #[arg(long, env = "REDLOCK_ELECTOR_LEASE_PRIORITY", value_name = "INTEGER",
         help = with_default("This replica's rank, compared before the pod's revision: a higher one is preferred", default::PRIORITY))]
     pub priority: Option<Text>,
     /// `lease.preferSettle`.
@@ -274,7 +306,8 @@ pub struct OpsSettings {
 pub struct KubernetesSettings {
     /// `kubernetes.enabled`.
     #[arg(long = "kubernetes", env = "REDLOCK_ELECTOR_KUBERNETES_ENABLED", value_name = "VALUE",
-        help = with_default("Publish a pod label and Events: auto|true|false", default::KUBERNETES.as_str()))]
+        value_parser = OneOf(&KubeEnabled::NAMES),
+        help = with_default("Publish a pod label and Events (auto: when running in a cluster)", default::KUBERNETES.as_str()))]
     pub enabled: Option<Text>,
     /// `kubernetes.podName`.
     #[arg(
@@ -330,7 +363,8 @@ pub struct LabelSettings {
 pub struct LogSettings {
     /// `log.format`.
     #[arg(long = "log-format", env = "REDLOCK_ELECTOR_LOG_FORMAT", value_name = "VALUE",
-        help = with_default("Log format: json|text", default::LOG_FORMAT.as_str()))]
+        value_parser = OneOf(&LogFormat::NAMES),
+        help = with_default("Log format", default::LOG_FORMAT.as_str()))]
     pub format: Option<Text>,
     /// `log.level`.
     #[arg(long = "log-level", env = "REDLOCK_ELECTOR_LOG_LEVEL", value_name = "VALUE",

@@ -1,10 +1,14 @@
 //! Creating and registering metrics: one call per metric in [`super::Metrics::register`].
 
+use std::cell::RefCell;
+
 use prometheus::core::Collector;
 use prometheus::{
     Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
 };
+
+use super::MetricDoc;
 
 pub(super) const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -31,6 +35,8 @@ pub(super) struct Builder<'a> {
     pub(super) registry: &'a Registry,
     /// The `lease` const label.
     pub(super) lease: &'a str,
+    /// What was registered, as the registry describes it, for [`super::Metrics::descriptors`].
+    pub(super) docs: RefCell<Vec<MetricDoc>>,
 }
 
 impl Builder<'_> {
@@ -43,23 +49,44 @@ impl Builder<'_> {
 
     fn register<C: Collector + Clone + 'static>(
         &self,
+        kind: &'static str,
         made: prometheus::Result<C>,
     ) -> prometheus::Result<C> {
         let c = made?;
         self.registry.register(Box::new(c.clone()))?;
+        let mut docs = self.docs.borrow_mut();
+        for d in c.desc() {
+            docs.push(MetricDoc {
+                name: d.fq_name.clone(),
+                kind,
+                help: d.help.clone(),
+                labels: (d.const_label_pairs.iter().map(|p| p.name().to_string()))
+                    .chain(d.variable_labels.iter().cloned())
+                    .collect(),
+            });
+        }
         Ok(c)
     }
 
     pub(super) fn int_gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
-        self.register(IntGauge::with_opts(self.opts(Scope::Lease, name, help)))
+        self.register(
+            "gauge",
+            IntGauge::with_opts(self.opts(Scope::Lease, name, help)),
+        )
     }
 
     pub(super) fn gauge(&self, name: &str, help: &str) -> prometheus::Result<Gauge> {
-        self.register(Gauge::with_opts(self.opts(Scope::Lease, name, help)))
+        self.register(
+            "gauge",
+            Gauge::with_opts(self.opts(Scope::Lease, name, help)),
+        )
     }
 
     pub(super) fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
-        self.register(IntCounter::with_opts(self.opts(Scope::Lease, name, help)))
+        self.register(
+            "counter",
+            IntCounter::with_opts(self.opts(Scope::Lease, name, help)),
+        )
     }
 
     pub(super) fn gauge_vec(
@@ -69,7 +96,10 @@ impl Builder<'_> {
         help: &str,
         labels: &[&str],
     ) -> prometheus::Result<IntGaugeVec> {
-        self.register(IntGaugeVec::new(self.opts(scope, name, help), labels))
+        self.register(
+            "gauge",
+            IntGaugeVec::new(self.opts(scope, name, help), labels),
+        )
     }
 
     pub(super) fn counter_vec(
@@ -79,7 +109,10 @@ impl Builder<'_> {
         help: &str,
         labels: &[&str],
     ) -> prometheus::Result<IntCounterVec> {
-        self.register(IntCounterVec::new(self.opts(scope, name, help), labels))
+        self.register(
+            "counter",
+            IntCounterVec::new(self.opts(scope, name, help), labels),
+        )
     }
 
     pub(super) fn histogram(
@@ -91,7 +124,7 @@ impl Builder<'_> {
         let opts = HistogramOpts::new(name, help)
             .const_label("lease", self.lease)
             .buckets(buckets.to_vec());
-        self.register(Histogram::with_opts(opts))
+        self.register("histogram", Histogram::with_opts(opts))
     }
 
     pub(super) fn histogram_vec(
@@ -101,6 +134,6 @@ impl Builder<'_> {
         labels: &[&str],
     ) -> prometheus::Result<HistogramVec> {
         let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
-        self.register(HistogramVec::new(opts, labels))
+        self.register("histogram", HistogramVec::new(opts, labels))
     }
 }

@@ -4,12 +4,15 @@
 //! `endpoint` (`host:port`, ≤ 16), `command`, `result` and `reason` (fixed sets, spelled once by
 //! the enums here and in the modules that own them).
 //!
-//! Names, help texts and label sets are a documented interface (README "Metrics",
-//! tests/observability): change them only together with the docs.
+//! Names, help texts and label sets are a documented interface: `docs/reference/metrics.md` is
+//! generated from [`Metrics::descriptors`] (regenerate it with the change), and the dashboard,
+//! the alerts and tests/observability use them.
 
 mod builder;
 mod labels;
 
+use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
@@ -21,12 +24,43 @@ use self::builder::{Builder, LATENCY_BUCKETS, Scope, WAIT_BUCKETS};
 use self::labels::renewal_label;
 pub use self::labels::{AcquireResult, HandoverReason, LeadershipGauges};
 
+/// One registered metric as the registry describes it: the metrics reference
+/// (`docs/reference/metrics.md`) is generated from these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricDoc {
+    /// The full name (`redlock_elector_is_leader`).
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// The help text `/metrics` shows.
+    pub help: String,
+    /// The label names: the const `lease` label first where there is one, then the variable ones.
+    pub labels: Vec<String>,
+}
+
+/// The label values one Redis endpoint's series can take, each set spelled by the module that
+/// owns it (`redlock::node::endpoint_labels`); [`Metrics::new_endpoint`] creates every
+/// combination at 0.
+#[derive(Clone, Debug)]
+pub struct EndpointLabels {
+    /// `direction` of `redis_clock_jumps_total`.
+    pub directions: Vec<&'static str>,
+    /// `reason` of `redis_connect_errors_total`.
+    pub connect_reasons: Vec<&'static str>,
+    /// `command` of `redis_command_duration_seconds` and `redis_command_errors_total`.
+    pub commands: Vec<&'static str>,
+    /// `kind` of `redis_command_errors_total`.
+    pub command_error_kinds: Vec<&'static str>,
+}
+
 /// All metrics of the process. The fields stay public for the call sites that still count
 /// directly; new code uses the methods.
 #[derive(Clone)]
 pub struct Metrics {
     /// Where everything is registered; rendered by `/metrics`.
     registry: Registry,
+    /// What was registered, in registration order.
+    docs: Arc<[MetricDoc]>,
     /// 1 while leader, evaluated at scrape time against the deadline.
     is_leader: IntGauge,
     /// Times this sidecar became leader.
@@ -51,6 +85,9 @@ pub struct Metrics {
     quorum: IntGauge,
     /// Endpoints that are connected and not quarantined, evaluated at scrape time.
     redis_endpoints_usable: IntGauge,
+    /// Seconds until a quorum of nodes counts this sidecar's votes (0: it does; +Inf: waiting
+    /// alone will not do it), evaluated at scrape time.
+    quorum_wait: Gauge,
     /// `{lease, identity}` = 1: joins identity and lease onto per-endpoint series. Set by the
     /// ops server, which knows the identity.
     lease_info: IntGaugeVec,
@@ -90,9 +127,10 @@ impl Metrics {
     #[rustfmt::skip] // One line per metric: the table reads best unwrapped.
     pub fn register(registry: &Registry, lease: &str) -> prometheus::Result<Self> {
         use Scope::{Lease, Process};
-        let b = Builder { registry, lease };
-        let m = Metrics {
+        let b = Builder { registry, lease, docs: RefCell::default() };
+        let mut m = Metrics {
             registry: registry.clone(),
+            docs: Arc::new([]),
             is_leader: b.int_gauge("redlock_elector_is_leader", "1 while this sidecar holds the lease")?,
             leader_transitions: b.counter("redlock_elector_leader_transitions_total", "Times this sidecar became leader; the sum over pods counts every term")?,
             acquire_attempts: b.counter_vec(Lease, "redlock_elector_acquire_attempts_total", "Acquire attempts by result", &["result"])?,
@@ -104,6 +142,7 @@ impl Metrics {
             leader_known: b.int_gauge("redlock_elector_leader_known", "1 while this sidecar knows a current holder of the lease (itself or the holder it last observed)")?,
             quorum: b.int_gauge("redlock_elector_quorum", "Redis endpoints needed for a quorum (N/2+1)")?,
             redis_endpoints_usable: b.int_gauge("redlock_elector_redis_endpoints_usable", "Redis endpoints that are connected and not quarantined (a quorum needs redlock_elector_quorum)")?,
+            quorum_wait: b.gauge("redlock_elector_quorum_wait_seconds", "Seconds until a quorum of Redis nodes counts this sidecar's votes (its clock watch, a restart or jump quarantine); 0 when it does, +Inf when waiting alone will not (nodes unreachable, replicas). A graceful handover does not wait for the clock watch")?,
             lease_info: b.gauge_vec(Lease, "redlock_elector_lease_info", "Lease and identity of this sidecar; always 1 (join on job, instance to add lease to per-endpoint series)", &["identity"])?,
             redis_up: b.gauge_vec(Process, "redlock_elector_redis_up", "1 while a verified connection to the endpoint is up", &["endpoint"])?,
             redis_quarantined: b.gauge_vec(Process, "redlock_elector_redis_quarantined", "1 while the endpoint does not count toward a quorum (recent restart, clock jump, replica, evicting maxmemory-policy)", &["endpoint"])?,
@@ -136,7 +175,13 @@ impl Metrics {
         for ok in [true, false] {
             m.renewals.with_label_values(&[renewal_label(ok)]);
         }
+        m.docs = b.docs.into_inner().into();
         Ok(m)
+    }
+
+    /// Every metric registered, in registration order, as the registry describes it.
+    pub fn descriptors(&self) -> &[MetricDoc] {
+        &self.docs
     }
 
     /// An acquire attempt ended with `result` after `elapsed`.
@@ -189,6 +234,12 @@ impl Metrics {
         self.lease_info.with_label_values(&[identity]).set(1);
     }
 
+    /// Seconds until a quorum counts this sidecar's votes; `None`: not by waiting.
+    pub fn set_quorum_wait(&self, wait: Option<Duration>) {
+        self.quorum_wait
+            .set(wait.map_or(f64::INFINITY, |d| d.as_secs_f64()));
+    }
+
     /// Votes needed, and endpoints that could give one now.
     pub fn set_quorum(&self, needed: usize, usable: usize) {
         self.quorum.set(needed as i64);
@@ -196,14 +247,27 @@ impl Metrics {
     }
 
     /// A configured endpoint: its series start at 0 (down, not quarantined, not eligible, no
-    /// clock jump in any of `directions`), so dashboards see every endpoint from the start.
-    pub fn new_endpoint(&self, endpoint: &str, directions: &[&str]) {
+    /// clock jump, connect error or command error of any known label value, no command timed),
+    /// so dashboards and alerts see every endpoint from the start rather than "No data".
+    pub fn new_endpoint(&self, endpoint: &str, known: &EndpointLabels) {
         self.set_redis_up(endpoint, false);
         self.set_redis_quarantined(endpoint, false);
         self.set_redis_eligible(endpoint, false);
-        for direction in directions {
+        for direction in &known.directions {
             self.redis_clock_jumps
                 .with_label_values(&[endpoint, direction]);
+        }
+        for reason in &known.connect_reasons {
+            self.redis_connect_errors
+                .with_label_values(&[endpoint, reason]);
+        }
+        for command in &known.commands {
+            self.redis_command_duration
+                .with_label_values(&[endpoint, command]);
+            for kind in &known.command_error_kinds {
+                self.redis_command_errors
+                    .with_label_values(&[endpoint, command, kind]);
+            }
         }
     }
 
@@ -254,6 +318,15 @@ impl Metrics {
         self.redis_connect_errors
             .with_label_values(&[endpoint, reason])
             .inc();
+    }
+
+    /// The Kubernetes publisher starts: every `verb` × `result` series at 0.
+    pub fn new_kube_requests(&self, verbs: &[&str], results: &[&str]) {
+        for verb in verbs {
+            for result in results {
+                self.kube_requests.with_label_values(&[verb, result]);
+            }
+        }
     }
 
     /// A Kubernetes API request ended.

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::config::Prefer;
 
 /// What a candidate is compared by.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Rank {
     /// `lease.priority`: compared first, higher preferred whatever the preference.
     pub priority: i64,

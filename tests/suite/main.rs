@@ -9,14 +9,20 @@
 
 mod api;
 mod cli;
+mod clients;
 mod control_plane;
 mod control_plane_node;
 mod control_plane_rollout;
+mod dashboard_series;
+mod docs_links;
 mod election;
 mod fault_schedule;
+mod fresh_handover;
 mod kube_labels;
 mod managed_redis;
+mod openapi_live;
 mod redis_faults;
+mod reference_docs;
 mod release;
 mod rollout;
 mod safety_ambiguous;

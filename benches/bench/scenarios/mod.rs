@@ -7,6 +7,7 @@ pub mod fanout;
 pub mod footprint;
 pub mod handover;
 pub mod load;
+pub mod restart;
 pub mod rollout;
 pub mod tls;
 pub mod trio;

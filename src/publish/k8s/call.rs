@@ -10,6 +10,24 @@ use crate::metrics::Metrics;
 /// Upper bound of one API request; an answer slower than this counts as a failure.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Every `verb` label of `redlock_elector_kube_requests_total`: pods get, list and patch,
+/// events create (the calls of `pods.rs`, `standing.rs` and `events.rs`).
+pub const VERBS: [&str; 4] = ["get", "list", "patch", "create"];
+
+/// Every `result` label: `ok`, each [`CallError::metric_label`], and `cancelled` (see
+/// `Counted`). The publisher creates every verb × result series at 0 when it starts.
+pub const RESULTS: [&str; 9] = [
+    "ok",
+    "conflict",
+    "forbidden",
+    "not_found",
+    "server_error",
+    "client_error",
+    "timeout",
+    "transport",
+    "cancelled",
+];
+
 /// Why an API call failed. [`CallError::metric_label`] is its `result` label; the retry logic
 /// matches on the variant.
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +144,7 @@ mod tests {
         ];
         for (code, label, shown) in cases {
             let e = CallError::from(status(code));
+            assert!(RESULTS.contains(&label), "{label} is not in RESULTS");
             assert_eq!((e.metric_label(), e.to_string().as_str()), (label, shown));
         }
         let t = CallError::Timeout(REQUEST_TIMEOUT);

@@ -16,6 +16,15 @@ use crate::metrics::Metrics;
 /// How often [`poll_pod`] reads the own pod's Ready condition.
 pub const POD_POLL: Duration = Duration::from_secs(2);
 
+/// While the own pod is not Ready yet, for at most [`FAST_POLL_FOR`] after the start, it is read
+/// this often instead: a rollout's new pod becomes a ready candidate within a fraction of the
+/// chart's `minReadySeconds` (2 s) of its Ready condition, so the leader can name it before the
+/// Deployment stops the next old pod.
+const FAST_POLL: Duration = Duration::from_millis(250);
+/// How long after the start the fast reads may last (a pod that never gets Ready costs no more
+/// than four reads a second for this long).
+const FAST_POLL_FOR: Duration = Duration::from_secs(60);
+
 /// Failed reads in a row after which the pod no longer counts as Ready.
 const READY_FAILURES: u32 = 3;
 
@@ -61,6 +70,7 @@ pub async fn poll_pod(
 ) {
     let mut failures = 0u32;
     let mut api: Option<Api<Pod>> = None;
+    let started = tokio::time::Instant::now();
     loop {
         if api.is_none() {
             match connect(&settings).await {
@@ -92,8 +102,9 @@ pub async fn poll_pod(
                 }
             }
         }
+        let fast = !tx.borrow().ready && started.elapsed() < FAST_POLL_FOR;
         tokio::select! {
-            _ = tokio::time::sleep(POD_POLL) => {}
+            _ = tokio::time::sleep(if fast { FAST_POLL } else { POD_POLL }) => {}
             _ = stop.cancelled() => return,
         }
     }

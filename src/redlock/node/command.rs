@@ -30,7 +30,10 @@ pub enum CommandError {
 }
 
 impl CommandError {
-    /// The metric label (`kind` of `redis_command_errors`).
+    /// Every `kind` label, so that each series exists (at 0) from the start.
+    pub const KINDS: [&'static str; 3] = ["not_connected", "timeout", "error"];
+
+    /// The metric label (`kind` of `redis_command_errors`), one of [`Self::KINDS`].
     fn kind(&self) -> &'static str {
         match self {
             CommandError::NotConnected => "not_connected",
@@ -38,6 +41,17 @@ impl CommandError {
             CommandError::Redis(_) | CommandError::Malformed => "error",
         }
     }
+}
+
+/// A script's reply with the reading it carried.
+#[derive(Debug)]
+pub struct Reply {
+    /// The reply after the leading `TIME`.
+    pub items: Vec<Value>,
+    /// The server (`run_id`) behind the connection that answered.
+    pub run_id: Arc<str>,
+    /// When the reply arrived.
+    pub received: Instant,
 }
 
 impl Node {
@@ -50,6 +64,17 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Vec<Value>, CommandError> {
+        self.eval_read(script, keys, args).await.map(|r| r.items)
+    }
+
+    /// [`Node::eval`], also returning which server answered and when the reply arrived: the
+    /// reading a release proof is taken at ([`Node::prove`]).
+    pub async fn eval_read(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Reply, CommandError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
         let started = Instant::now();
@@ -59,9 +84,14 @@ impl Node {
             };
             match items.first() {
                 Some(&Value::Int(node_us)) => {
-                    self.observe(&run_id, node_us, started, Instant::now());
+                    let received = Instant::now();
+                    self.observe(&run_id, node_us, started, received);
                     items.remove(0);
-                    Ok(items)
+                    Ok(Reply {
+                        items,
+                        run_id,
+                        received,
+                    })
                 }
                 _ => Err(CommandError::Malformed),
             }
@@ -109,5 +139,21 @@ impl Node {
             tracing::warn!(endpoint = %self.endpoint.name, "redis connection lost; reconnecting");
         }
         self.broken.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed_for_the_metrics_start_values() {
+        for e in [
+            CommandError::NotConnected,
+            CommandError::Timeout,
+            CommandError::Malformed,
+        ] {
+            assert!(CommandError::KINDS.contains(&e.kind()), "{e:?}");
+        }
     }
 }

@@ -1,0 +1,361 @@
+//! A running sidecar answers as the committed OpenAPI document
+//! (`docs/reference/http-api.openapi.yaml`) says: every status code and content type is one the
+//! document lists for that operation, and every JSON body (and the first SSE event) passes the
+//! document's schema, strictly (a field the document does not describe fails). Every operation
+//! of the document is exercised.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+use serde_json::Value;
+use testkit::common::*;
+
+const TTL: Duration = Duration::from_secs(1);
+
+/// The committed document.
+fn committed_document() -> Value {
+    let path = testkit::repo().join("docs/reference/http-api.openapi.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{} cannot be read ({e}): generate it with \
+             UPDATE_REFERENCE=1 cargo test --test suite -- reference_docs::",
+            path.display()
+        )
+    });
+    serde_saphyr::from_str(&text).expect("the OpenAPI document is YAML")
+}
+
+/// `schema` with every object that lists its properties closed (`additionalProperties: false`):
+/// a field the sidecar sends but the document does not describe fails validation.
+fn strict(schema: &Value) -> Value {
+    match schema {
+        Value::Object(m) => {
+            let mut out: serde_json::Map<String, Value> =
+                m.iter().map(|(k, v)| (k.clone(), strict(v))).collect();
+            if out.contains_key("properties") && !out.contains_key("additionalProperties") {
+                out.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(strict).collect()),
+        other => other.clone(),
+    }
+}
+
+/// One answer as the wire gave it.
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: String,
+}
+
+/// The document and what the test has checked against it.
+struct Contract {
+    doc: Value,
+    visited: BTreeSet<(String, String)>,
+}
+
+impl Contract {
+    fn new() -> Contract {
+        Contract {
+            doc: committed_document(),
+            visited: BTreeSet::new(),
+        }
+    }
+
+    /// Validate `instance` against `schema` (which may `$ref` the document's components).
+    fn validate(&self, schema: &Value, instance: &Value, what: &str) {
+        let mut root = strict(schema);
+        root["components"] = strict(&self.doc["components"]);
+        root["$schema"] = Value::from("https://json-schema.org/draft/2020-12/schema");
+        let validator = jsonschema::validator_for(&root)
+            .unwrap_or_else(|e| panic!("{what}: the document's schema does not compile: {e}"));
+        let errors: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{what}: the body does not match the OpenAPI document:\n{}\nbody: {instance:#}",
+            errors.join("\n")
+        );
+    }
+
+    /// The response object the document gives `method path` for `status`: the operation's own,
+    /// or, for 404/405, the shared one of `#/components/responses`.
+    fn response(&self, method: &str, path: &str, status: u16, fallback: &str) -> Value {
+        let op = &self.doc["paths"][path][method.to_lowercase()];
+        assert!(
+            op.is_object(),
+            "the document has no operation {method} {path}"
+        );
+        match op["responses"].get(status.to_string()) {
+            Some(r) => r.clone(),
+            None => {
+                let shared = &self.doc["components"]["responses"][fallback];
+                assert!(
+                    matches!(status, 404 | 405) && shared.is_object(),
+                    "{method} {path} answered {status}, which the document does not list \
+                     (it lists {:?})",
+                    op["responses"]
+                        .as_object()
+                        .map(|m| m.keys().collect::<Vec<_>>())
+                );
+                shared.clone()
+            }
+        }
+    }
+
+    /// Check an answer to `method path_template` against the document; returns the JSON body
+    /// when it is JSON.
+    fn check(&mut self, method: &str, path: &str, a: &Answer, fallback: &str) -> Option<Value> {
+        let response = self.response(method, path, a.status, fallback);
+        let listed = &self.doc["paths"][path][method.to_lowercase()]["responses"];
+        if listed.get(a.status.to_string()).is_some() {
+            self.visited.insert((method.to_string(), path.to_string()));
+        }
+        let content = response["content"].as_object().expect("content");
+        let Some(media) = content
+            .iter()
+            .find(|(ct, _)| normalize(ct) == normalize(&a.content_type))
+            .map(|(_, m)| m)
+        else {
+            panic!(
+                "{method} {path} ({}) answered Content-Type {:?}; the document lists {:?}",
+                a.status,
+                a.content_type,
+                content.keys().collect::<Vec<_>>()
+            );
+        };
+        if normalize(&a.content_type) != "application/json" {
+            assert_eq!(
+                media["schema"]["type"], "string",
+                "{method} {path}: a text body"
+            );
+            return None;
+        }
+        let body: Value = serde_json::from_str(&a.body)
+            .unwrap_or_else(|e| panic!("{method} {path}: body is not JSON ({e}): {}", a.body));
+        self.validate(
+            &media["schema"],
+            &body,
+            &format!("{method} {path} {}", a.status),
+        );
+        Some(body)
+    }
+
+    /// Every operation the document lists was answered with a status it lists.
+    fn assert_all_visited(&self) {
+        let mut missing = Vec::new();
+        for (path, item) in self.doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("path item").keys() {
+                if method == "servers" {
+                    continue;
+                }
+                let m = method.to_uppercase();
+                if !self.visited.contains(&(m.clone(), path.clone())) {
+                    missing.push(format!("{m} {path}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "operations never exercised: {missing:?}"
+        );
+    }
+}
+
+/// `text/plain;charset=UTF-8` and `text/plain; charset=utf-8` are the same type.
+fn normalize(ct: &str) -> String {
+    ct.split(';')
+        .map(|p| p.trim().to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn request(method: &str, port: u16, path: &str) -> Answer {
+    let client = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("HTTP client");
+    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+    let resp = client
+        .request(method.clone(), format!("http://127.0.0.1:{port}{path}"))
+        .send()
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    Answer {
+        status: resp.status().as_u16(),
+        content_type: resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
+        body: resp.text().expect("body"),
+    }
+}
+
+/// `GET /leader/watch` up to the end of the first event: the status and content type, and the
+/// first event's `data` (the stream itself never ends; dropping the response closes it).
+fn first_event(port: u16) -> (Answer, Value) {
+    let client = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("HTTP client");
+    let resp = client
+        .get(format!("http://127.0.0.1:{port}/leader/watch"))
+        .send()
+        .expect("GET /leader/watch");
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let mut data = None;
+    let mut raw = String::new();
+    for line in BufReader::new(resp).lines() {
+        let line = line.expect("an event line");
+        raw.push_str(&line);
+        raw.push('\n');
+        if let Some(d) = line.strip_prefix("data:") {
+            data = Some(serde_json::from_str(d.trim()).expect("event data is JSON"));
+        } else if line.is_empty() && data.is_some() {
+            break;
+        }
+    }
+    let data = data.unwrap_or_else(|| panic!("no event data:\n{raw}"));
+    let body = raw;
+    (
+        Answer {
+            status,
+            content_type,
+            body,
+        },
+        data,
+    )
+}
+
+#[test]
+fn openapi_live_answers_match_the_document() {
+    let nodes = redis_cluster(3, TTL);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let a = Sidecar::start("a", &refs, &Opts::default());
+    wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+        a.try_leader().filter(|v| v.is_leader)
+    })
+    .unwrap_or_else(|| panic!("a never led:\n{}", a.logs()));
+    let b = Sidecar::start("b", &refs, &Opts::default());
+    let mut c = Contract::new();
+
+    // /leader as leader and as follower: every field present, no undocumented one.
+    let lead = c
+        .check(
+            "GET",
+            "/leader",
+            &request("GET", a.api_port, "/leader"),
+            "NotFound",
+        )
+        .expect("JSON");
+    assert_eq!(lead["is_leader"], true, "{lead}");
+    let follow = c
+        .check(
+            "GET",
+            "/leader",
+            &request("GET", b.api_port, "/leader"),
+            "NotFound",
+        )
+        .expect("JSON");
+    assert_eq!(follow["is_leader"], false, "{follow}");
+    assert_eq!(follow["fencing_token"], Value::Null, "{follow}");
+
+    // The long-poll: times out with the same version.
+    let v = lead["version"].as_u64().expect("version");
+    let polled = c
+        .check(
+            "GET",
+            "/leader",
+            &request(
+                "GET",
+                a.api_port,
+                &format!("/leader?wait=200ms&version={v}"),
+            ),
+            "NotFound",
+        )
+        .expect("JSON");
+    assert_eq!(polled["version"], v);
+
+    // Bad query parameters: 400 with an Error body.
+    for bad in ["/leader?wait=soon", "/leader?wait=1s&version=-1"] {
+        let ans = request("GET", a.api_port, bad);
+        assert_eq!(ans.status, 400, "{bad}: {}", ans.body);
+        c.check("GET", "/leader", &ans, "NotFound");
+    }
+
+    // The SSE stream's first event.
+    let (ans, data) = first_event(a.api_port);
+    assert_eq!(ans.status, 200, "{}", ans.body);
+    c.check("GET", "/leader/watch", &ans, "NotFound");
+    let media =
+        &c.doc["paths"]["/leader/watch"]["get"]["responses"]["200"]["content"]["text/event-stream"];
+    c.validate(
+        &media["x-event-data"],
+        &data,
+        "GET /leader/watch first event",
+    );
+
+    // The compat answer, once b has seen a as the holder.
+    wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+        b.try_leader().filter(|v| v.leader.as_deref() == Some("a"))
+    })
+    .unwrap_or_else(|| panic!("b never saw a lead:\n{}", b.logs()));
+    let compat = c
+        .check("GET", "/", &request("GET", b.api_port, "/"), "NotFound")
+        .expect("JSON");
+    assert_eq!(compat["name"], "a");
+
+    // Unknown path and wrong method: the shared error answers.
+    let ans = request("GET", a.api_port, "/no/such/path");
+    assert_eq!(ans.status, 404);
+    c.check("GET", "/leader", &ans, "NotFound");
+    let ans = request("DELETE", a.api_port, "/leader");
+    assert_eq!(ans.status, 405, "{}", ans.body);
+    c.check("GET", "/leader", &ans, "MethodNotAllowed");
+
+    // Ops.
+    let ans = request("GET", a.ops_port, "/metrics");
+    assert_eq!(ans.status, 200);
+    c.check("GET", "/metrics", &ans, "OpsNotFound");
+    for path in ["/healthz", "/readyz"] {
+        let ans = request("GET", b.ops_port, path);
+        assert_eq!(ans.status, 200, "{path}");
+        c.check("GET", path, &ans, "OpsNotFound");
+    }
+    let ans = request("GET", a.ops_port, "/readyz/leader");
+    assert_eq!(ans.status, 200);
+    c.check("GET", "/readyz/leader", &ans, "OpsNotFound");
+    let ans = request("GET", b.ops_port, "/readyz/leader");
+    assert_eq!(ans.status, 503);
+    c.check("GET", "/readyz/leader", &ans, "OpsNotFound");
+    let ans = request("GET", a.ops_port, "/no/such/path");
+    assert_eq!(ans.status, 404);
+    c.check("GET", "/metrics", &ans, "OpsNotFound");
+
+    // Step-down: 409 on the follower, 200 (the view after the release) on the leader.
+    let ans = request("POST", b.api_port, "/leader/step-down");
+    assert_eq!(ans.status, 409, "{}", ans.body);
+    c.check("POST", "/leader/step-down", &ans, "NotFound");
+    let ans = request("POST", a.api_port, "/leader/step-down");
+    assert_eq!(ans.status, 200, "{}", ans.body);
+    let after = c
+        .check("POST", "/leader/step-down", &ans, "NotFound")
+        .expect("JSON");
+    assert_eq!(after["is_leader"], false, "{after}");
+
+    c.assert_all_visited();
+    report("openapi live check: operations exercised", c.visited.len());
+}
