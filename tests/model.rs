@@ -365,13 +365,15 @@ fn slow_clock_needs_the_drift_term() {
     hazard("slow clock, drift term off", unsafe_sys);
 }
 
-/// (5) The release proof (issue 25). B starts fresh (a rolling restart): it has watched no
-/// node's clock long enough to count it. A leads and hands over gracefully, naming B; its release
-/// carries the proof on every node where `proof::may_prove` allows it. Without the proof check,
-/// B's attempt after the notice counts every grant: if B's attempt comes late, after A has taken
-/// the lease again and two nodes' clocks jumped forward so that A's keys there vanished, B wins
-/// those two nodes while A still leads. With the check, B counts a node it does not watch long
-/// enough only if its grant consumed A's proof there, which A's new term consumed or outlived.
+/// (5) The release proof (issue 25). A leads and hands over gracefully, naming B, a rollout's
+/// new pod that is not running yet (it starts at unit 2, as a fresh process that has watched no
+/// node's clock). B does not take the handover in time: the reservations expire at the next
+/// unit, and A, as a follower again, wins the lease back. Then the wall clocks of two nodes jump
+/// forward by more than a ttl, so A's keys there vanish while A still leads; B starts after the
+/// jumps, so its own watch cannot see them. Without the proof check, B's attempt after the notice
+/// counts every grant: it wins the two stepped nodes beside A. With the check, B counts a node
+/// it has not watched for ttl + margin only if its grant consumed A's proof there, and none is
+/// left.
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -380,7 +382,7 @@ fn slow_clock_needs_the_drift_term() {
 fn fresh_successor_needs_the_release_proof() {
     let f = faults(2, |f| f.jump_forward = true);
     let mut unsafe_sys = System::new(
-        3,
+        2,
         f,
         Defences {
             release_proof: false,
@@ -388,36 +390,39 @@ fn fresh_successor_needs_the_release_proof() {
         },
     );
     unsafe_sys.fresh = vec![false, true];
+    unsafe_sys.connect_at = vec![0, 2];
     unsafe_sys.handovers = true;
-    unsafe_sys.a_first_until = 1;
+    unsafe_sys.jump_units = 12;
     unsafe_sys.max_rounds = 2;
     hazard("fresh successor, release proof check off", unsafe_sys);
 }
 
-/// The proof's purpose, checked: a fresh successor named by a graceful release takes the lease
-/// at once (a state where B leads is reachable within two units, long before B's clock watch
-/// would let it count a node), and with every defence on no overlap is reachable, whatever the
-/// nodes' clocks, replies and sidecars do within the bound.
+/// The proof's purpose: a fresh successor named by a graceful release takes the lease at once (a
+/// state where B leads is reachable within one unit, long before its clock watch of 12 units
+/// would let it count a node), and with every defence on no overlap is reachable within the
+/// bound, with a forward jump or a lost reply anywhere.
 #[test]
 #[cfg_attr(
     debug_assertions,
     ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
 )]
 fn fresh_successor_takes_a_graceful_handover_at_once() {
-    let f = faults(1, |f| {
-        f.jump_forward = true;
-        f.reply_loss = true;
-        f.pause = true;
-    });
-    let mut sys = System::new(2, f, Defences::ALL);
-    sys.fresh = vec![false, true];
-    sys.handovers = true;
-    sys.a_first_until = 1;
-    sys.max_rounds = 2;
-    let steps = system::reachable(&sys, |s| sys.leaders(s) == vec![1])
+    let scenario = |f: Faults| {
+        let mut sys = System::new(1, f, Defences::ALL);
+        sys.fresh = vec![false, true];
+        sys.handovers = true;
+        sys.max_rounds = 2;
+        sys
+    };
+    let quiet = scenario(faults(0, |_| {}));
+    let steps = system::reachable(&quiet, |s| quiet.leaders(s) == vec![1])
         .expect("a fresh B named by A's graceful release never leads within the bound");
     eprintln!("[model] fresh successor: B leads after {steps} steps, before its clock watch ends");
-    if let Some(trace) = check("fresh successor, every defence on", sys, false) {
+    let faulty = scenario(faults(1, |f| {
+        f.jump_forward = true;
+        f.reply_loss = true;
+    }));
+    if let Some(trace) = check("fresh successor, every defence on", faulty, false) {
         panic!("violation with every defence on:\n{trace}");
     }
 }

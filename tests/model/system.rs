@@ -142,6 +142,10 @@ pub struct System {
     /// Whether a leader may hand over gracefully: release naming the other sidecar, with the
     /// release proof on the nodes where `proof::may_prove` allows it (`Elector::step_down`).
     pub handovers: bool,
+    /// Per sidecar, the real time (units) before which it is not running yet: no connection, no
+    /// clock reading, no round (a process that starts later, e.g. a rollout's new pod). Its
+    /// first readings are the handshakes of the first tick at or after it.
+    pub connect_at: Vec<u8>,
 }
 
 /// The value a sidecar stores in the key: (sidecar, nonce), the nonce new for every round.
@@ -416,6 +420,7 @@ impl System {
             max_rounds: 4,
             fresh: vec![false; 2],
             handovers: false,
+            connect_at: vec![0; 2],
         }
     }
 
@@ -645,7 +650,9 @@ impl System {
                     Req::Acquire { value, .. } | Req::Renew { value, .. } => Some(*value),
                     Req::Release { .. } => None,
                 };
-                if let Some(v) = value {
+                // Only a graceful handover reads the log: without handovers it would only
+                // split states that behave alike.
+                if let Some(v) = value.filter(|_| self.handovers) {
                     round.value = Some(v);
                     round.seqs[i] = c.log.sent(&val_str(v), i, self.nodes);
                 }
@@ -956,6 +963,11 @@ impl System {
         })
     }
 
+    /// Whether sidecar `k` has started ([`System::connect_at`]).
+    fn running(&self, s: &State, k: usize) -> bool {
+        self.connect_at.get(k).is_none_or(|&at| s.now >= at)
+    }
+
     fn fault_ok(&self, s: &State) -> bool {
         s.faults < self.faults.max
     }
@@ -1106,6 +1118,9 @@ impl Model for System {
                 // for longer than the window (readings 14 units ago and now).
                 let policy = self.policy();
                 for (k, rate) in rates.iter().enumerate() {
+                    if self.connect_at.get(k).is_some_and(|&at| at > 0) {
+                        continue;
+                    }
                     for i in 0..self.nodes {
                         self.handshake(&mut s, k, i);
                         let l = &mut s.sidecars[k].links[i];
@@ -1186,7 +1201,8 @@ impl Model for System {
             if c.paused {
                 continue;
             }
-            let may_start = c.round.is_none()
+            let may_start = self.running(s, k)
+                && c.round.is_none()
                 && c.last_start != Some(s.now)
                 && c.rounds < self.max_rounds
                 && (k == 0 || s.now >= self.a_first_until);
@@ -1227,7 +1243,7 @@ impl Model for System {
                     Self::expire(&mut s, i);
                 }
                 for k in 0..self.sidecars {
-                    if s.sidecars[k].paused {
+                    if s.sidecars[k].paused || !self.running(&s, k) {
                         continue;
                     }
                     if let Phase::Leader(lease) = s.sidecars[k].phase
