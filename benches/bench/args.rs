@@ -13,6 +13,7 @@ pub const SECTIONS: &[&str] = &[
     "load",
     "fanout",
     "footprint",
+    "fleet",
     "binary",
     "endpoints",
 ];

@@ -1,6 +1,14 @@
 //! The follower: wait for the next attempt (a jittered `retryEvery`, the predicted expiry of
 //! the holder's keys, the moment a quorum counts this sidecar's votes, or a release notice),
 //! attempt, and lead when the attempt wins.
+//!
+//! While someone else holds the lease, the follower does not attempt: it watches
+//! ([`crate::redlock::Redlock::watch`], one script call per node) every watch period, which
+//! re-reads the holder and its keys' lifetimes and refreshes the own candidate record, and
+//! attempts when those keys can have expired (a crash), when a watch finds the lease not held
+//! on a quorum, or when a release notice arrives. Without live release notices (subscriptions
+//! down on too many nodes) it watches every `retryEvery`, so a missed notice costs no more than
+//! an attempt cadence would.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
@@ -30,6 +38,10 @@ const SPLIT_VOTE_RETRY: std::ops::Range<Duration> =
 const FAST_RETRIES: u32 = 3;
 /// While the loop is stalled, no attempt: look again after this.
 const STALLED_RECHECK: Duration = Duration::from_millis(100);
+/// Each watch period is scaled by a factor from this range: below 1, so that the watch's reply
+/// is the clock reading each node needs (the node's own `TIME` read stays idle), and spread so
+/// followers drift apart.
+const WATCH_JITTER: std::ops::Range<f64> = 0.75..0.95;
 
 /// The follower's timers, kept across attempts.
 pub(super) struct Schedule {
@@ -42,6 +54,8 @@ pub(super) struct Schedule {
     /// Start of the current failover gap (for `acquire_wait`): when the lease was last known
     /// held by someone else, or the first attempt that found it free.
     free_since: Option<Instant>,
+    /// Someone else holds the lease: when the timer fires, watch instead of attempting.
+    watching: bool,
 }
 
 impl Schedule {
@@ -51,6 +65,7 @@ impl Schedule {
             fast_streak: 0,
             cooldown_until: None,
             free_since: None,
+            watching: false,
         }
     }
 }
@@ -61,8 +76,10 @@ enum Wake {
     Stop,
     /// Nothing to attempt yet (answered a step-down request, cooling down, stalled).
     Again,
-    /// The retry timer fired: attempt now.
+    /// The retry timer fired: attempt now (or watch, while someone else holds the lease).
     Timer,
+    /// The own standing changed (e.g. the pod became Ready): refresh the own record now.
+    Standing,
     /// A release notice arrived: attempt once its successor had its chance.
     Notice,
 }
@@ -75,7 +92,12 @@ impl Elector {
             match self.wait_for_attempt(&mut s, stop).await {
                 Wake::Stop => return,
                 Wake::Again => continue,
-                Wake::Timer => {}
+                Wake::Timer if !s.watching => {}
+                Wake::Timer | Wake::Standing => {
+                    if self.watch_round(&mut s).await {
+                        continue;
+                    }
+                }
                 Wake::Notice => {
                     if self.after_notice(&mut s, stop).await.is_break() {
                         return;
@@ -97,6 +119,7 @@ impl Elector {
                 return Wake::Again;
             }
             _ = self.notices.notified() => Wake::Notice,
+            Ok(()) = self.standing.changed() => Wake::Standing,
             _ = sleep_until(s.next_attempt) => Wake::Timer,
         };
         if stop.is_cancelled() {
@@ -168,6 +191,7 @@ impl Elector {
         );
         self.apply_candidates(read, Seat::Following);
         let retry = self.jittered_retry();
+        s.watching = false;
         match outcome {
             Acquire::Acquired(lease) => {
                 s.fast_streak = 0;
@@ -184,7 +208,7 @@ impl Elector {
                 }
                 s.next_attempt = Instant::now() + self.jittered_retry();
             }
-            Acquire::Contended(obs) => self.after_contended(s, obs, retry),
+            Acquire::Contended(obs) => self.after_contended(s, obs),
             Acquire::NoQuorum(obs) => self.after_no_quorum(s, obs, attempted_at, retry),
             Acquire::Error => {
                 s.fast_streak = 0;
@@ -195,18 +219,49 @@ impl Elector {
         ControlFlow::Continue(())
     }
 
-    /// Someone else holds the lease: show it, and wake when a quorum of its keys can have
-    /// expired (a crashed leader), if that is sooner than the retry.
-    fn after_contended(&mut self, s: &mut Schedule, obs: Observed, retry: Duration) {
+    /// One watch round; true while someone else holds the lease (it is shown, and the next
+    /// wake planned), false when an attempt may win now.
+    async fn watch_round(&mut self, s: &mut Schedule) -> bool {
+        let (held, read) = self.watch_lease().await;
+        self.apply_candidates(read, Seat::Following);
+        match held {
+            Some(obs) => {
+                self.after_contended(s, obs);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Someone else holds the lease: show it, attempt when a quorum of its keys can have
+    /// expired (a crashed leader) if that comes before the next watch, else watch then.
+    fn after_contended(&mut self, s: &mut Schedule, obs: Observed) {
         s.fast_streak = 0;
-        s.free_since = Some(Instant::now() + obs.free_in.unwrap_or_default());
+        let now = Instant::now();
+        s.free_since = Some(now + obs.free_in.unwrap_or_default());
         self.publish(None, obs.holder);
+        let refresh = self.watch_refresh();
         let at_expiry = obs.free_in.map(|d| d + jitter(EXPIRY_JITTER));
-        s.next_attempt = Instant::now() + at_expiry.map_or(retry, |d| d.min(retry));
+        let (wait, watching) = match at_expiry {
+            Some(d) if d <= refresh => (d, false),
+            _ => (refresh, true),
+        };
+        s.next_attempt = now + wait;
+        s.watching = watching;
         // A fresh sidecar becomes a ready candidate when a quorum counts its votes: refresh its
-        // record then, not a retry later.
-        if let Some(at) = self.quorum_counts_soon(Instant::now()) {
-            s.next_attempt = s.next_attempt.min(at);
+        // record then, not a watch period later.
+        if let Some(at) = self.quorum_counts_soon(now).filter(|at| *at < s.next_attempt) {
+            s.next_attempt = at;
+            s.watching = true;
+        }
+    }
+
+    /// Until the next watch: a jittered watch period while release notices arrive, else a
+    /// jittered `retryEvery` (a release whose notice is lost is found by the next watch).
+    fn watch_refresh(&self) -> Duration {
+        match self.redlock.notices_live() {
+            true => scale(self.watch_period(), WATCH_JITTER),
+            false => self.jittered_retry(),
         }
     }
 
