@@ -3,10 +3,10 @@
 //! attempt, and lead when the attempt wins.
 //!
 //! While someone else holds the lease, the follower does not attempt: it watches
-//! ([`crate::redlock::Redlock::watch`], one script call per node) every watch period, which
-//! re-reads the holder and its keys' lifetimes and refreshes the own candidate record, and
-//! attempts when those keys can have expired (a crash), when a watch finds the lease not held
-//! on a quorum, or when a release notice arrives. Without live release notices (subscriptions
+//! ([`crate::redlock::Redlock::watch`], one script call per node) every watch period and when
+//! the holder's keys can have expired (a crash), which re-reads the holder and its keys'
+//! lifetimes and refreshes the own candidate record; it attempts when a watch finds the lease
+//! no longer held on a quorum, or when a release notice arrives. Without live release notices (subscriptions
 //! down on too many nodes) it watches every `retryEvery`, so a missed notice costs no more than
 //! an attempt cadence would.
 
@@ -233,8 +233,10 @@ impl Elector {
         }
     }
 
-    /// Someone else holds the lease: show it, attempt when a quorum of its keys can have
-    /// expired (a crashed leader) if that comes before the next watch, else watch then.
+    /// Someone else holds the lease: show it, and watch again when a quorum of its keys can
+    /// have expired (a crashed leader) if that comes before the next watch. Only a watch that
+    /// finds the lease no longer held on a quorum leads to an attempt: a leader that renewed
+    /// meanwhile costs one script call per node, not a denied attempt and its cleanup.
     fn after_contended(&mut self, s: &mut Schedule, obs: Observed) {
         s.fast_streak = 0;
         let now = Instant::now();
@@ -242,17 +244,12 @@ impl Elector {
         self.publish(None, obs.holder);
         let refresh = self.watch_refresh();
         let at_expiry = obs.free_in.map(|d| d + jitter(EXPIRY_JITTER));
-        let (wait, watching) = match at_expiry {
-            Some(d) if d <= refresh => (d, false),
-            _ => (refresh, true),
-        };
-        s.next_attempt = now + wait;
-        s.watching = watching;
+        s.next_attempt = now + at_expiry.map_or(refresh, |d| d.min(refresh));
+        s.watching = true;
         // A fresh sidecar becomes a ready candidate when a quorum counts its votes: refresh its
         // record then, not a watch period later.
-        if let Some(at) = self.quorum_counts_soon(now).filter(|at| *at < s.next_attempt) {
-            s.next_attempt = at;
-            s.watching = true;
+        if let Some(at) = self.quorum_counts_soon(now) {
+            s.next_attempt = s.next_attempt.min(at);
         }
     }
 
