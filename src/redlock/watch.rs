@@ -15,12 +15,12 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redis::Value;
 
+use super::Redlock;
 use super::candidates::{self, Candidate};
 use super::lease::{Observed, identity_of};
 use super::math;
 use super::records::{OwnRecord, parse_candidates};
 use super::scripts::scripts;
-use super::Redlock;
 
 /// What one node's watch reply says about the lock key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,7 +140,10 @@ mod tests {
     #[test]
     fn free_split_or_too_few_is_not_held() {
         assert_eq!(held(3, &[key("", -2), key("", -2), key("b#1", 50)]), None);
-        assert_eq!(held(3, &[key("a#1", 50), key("b#1", 50), key("", -2)]), None);
+        assert_eq!(
+            held(3, &[key("a#1", 50), key("b#1", 50), key("", -2)]),
+            None
+        );
         // Two of five answered, both naming b: not a quorum of all nodes.
         assert_eq!(held(5, &[key("b#1", 50), key("b#1", 50)]), None);
     }

@@ -261,35 +261,116 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
     let sec = "fleet";
     for (i, node) in nodes.iter().enumerate() {
         let note = if i == 0 { over.as_str() } else { "" };
-        rep.push(sec, Spec::info(&format!("node {}: commands/s", i + 1), w1.total(i), "cmd/s", note));
+        rep.push(
+            sec,
+            Spec::info(
+                &format!("node {}: commands/s", i + 1),
+                w1.total(i),
+                "cmd/s",
+                note,
+            ),
+        );
         let note = format!("INFO cpu used_cpu_sys+user deltas, port {}", node.port);
-        rep.push(sec, Spec::info(&format!("node {}: Redis CPU", i + 1), w1.redis_cpu[i], "% core", &note));
+        rep.push(
+            sec,
+            Spec::info(
+                &format!("node {}: Redis CPU", i + 1),
+                w1.redis_cpu[i],
+                "% core",
+                &note,
+            ),
+        );
     }
     let all = "every sidecar (a third of them leaders): node mean / sidecars";
-    rep.push(sec, Spec::info("per sidecar: commands/s per node", w1.mean_total() / n, "cmd/s", all));
+    rep.push(
+        sec,
+        Spec::info(
+            "per sidecar: commands/s per node",
+            w1.mean_total() / n,
+            "cmd/s",
+            all,
+        ),
+    );
     for name in SHOWN {
         let what = format!("per sidecar: {} /s per node", name.to_uppercase());
         rep.push(sec, Spec::info(&what, w1.mean_of(name) / n, "cmd/s", ""));
     }
     let note = format!("phase 2 ({LEASES} more followers) minus phase 1, node mean / {LEASES}");
-    rep.push(sec, Spec::at_most("idle follower: commands/s per node", follower_cmds, "cmd/s", 3.0, &note));
+    rep.push(
+        sec,
+        Spec::at_most(
+            "idle follower: commands/s per node",
+            follower_cmds,
+            "cmd/s",
+            3.0,
+            &note,
+        ),
+    );
     for name in SHOWN {
         let what = format!("idle follower: {} /s per node", name.to_uppercase());
         let d = (w2.mean_of(name) - w1.mean_of(name)) / LEASES as f64;
         rep.push(sec, Spec::info(&what, d, "cmd/s", ""));
     }
     let sum: f64 = w1.sidecar_cpu.iter().sum();
-    rep.push(sec, Spec::info("sidecar CPU, sum of all", sum, "% core", "utime+stime from /proc/PID/stat"));
-    rep.push(sec, Spec::info("leader CPU (mean)", mean(&leader_cpu), "% core", ""));
-    rep.push(sec, Spec::info("idle follower CPU (mean), ttl 10s", mean(&follower_cpu), "% core", ""));
+    rep.push(
+        sec,
+        Spec::info(
+            "sidecar CPU, sum of all",
+            sum,
+            "% core",
+            "utime+stime from /proc/PID/stat",
+        ),
+    );
+    rep.push(
+        sec,
+        Spec::info("leader CPU (mean)", mean(&leader_cpu), "% core", ""),
+    );
+    rep.push(
+        sec,
+        Spec::info(
+            "idle follower CPU (mean), ttl 10s",
+            mean(&follower_cpu),
+            "% core",
+            "",
+        ),
+    );
     let note = "one follower of a ttl 1s lease (retryEvery 1s), same nodes";
-    rep.push(sec, Spec::at_most("idle follower CPU, ttl 1s", cpu_ttl1, "% core", 0.5, note));
+    rep.push(
+        sec,
+        Spec::at_most("idle follower CPU, ttl 1s", cpu_ttl1, "% core", 0.5, note),
+    );
     let note = "(leader + follower) - leader, node mean";
-    rep.push(sec, Spec::info("idle follower at ttl 1s: commands/s per node", cmds_ttl1, "cmd/s", note));
+    rep.push(
+        sec,
+        Spec::info(
+            "idle follower at ttl 1s: commands/s per node",
+            cmds_ttl1,
+            "cmd/s",
+            note,
+        ),
+    );
     let leases_n = LEASES as f64;
     let note = format!("of {LEASES}, at the end of the window; every follower names it");
-    rep.push(sec, Spec::at_least("leases with exactly one leader (phase 1)", ok1 as f64, "leases", leases_n, &note));
-    rep.push(sec, Spec::at_least("leases with exactly one leader (phase 2)", ok2 as f64, "leases", leases_n, &note));
+    rep.push(
+        sec,
+        Spec::at_least(
+            "leases with exactly one leader (phase 1)",
+            ok1 as f64,
+            "leases",
+            leases_n,
+            &note,
+        ),
+    );
+    rep.push(
+        sec,
+        Spec::at_least(
+            "leases with exactly one leader (phase 2)",
+            ok2 as f64,
+            "leases",
+            leases_n,
+            &note,
+        ),
+    );
 }
 
 /// An idle follower of a ttl 1s lease: its CPU (% core) and the commands/s per node it adds

@@ -185,7 +185,11 @@ impl Node {
     }
 
     /// How long until the next refresh, and what it reads then.
-    fn until_next(&self, clock_asked: Option<Instant>, info_read: Option<Instant>) -> (Duration, Due) {
+    fn until_next(
+        &self,
+        clock_asked: Option<Instant>,
+        info_read: Option<Instant>,
+    ) -> (Duration, Due) {
         let now = Instant::now();
         let clock_read = self.last_reading().max(clock_asked);
         let (at, due) = next_refresh(
@@ -305,13 +309,34 @@ mod tests {
         // A follower's watch read the clock 1 s ago; INFO was read 2 s ago: INFO is due first.
         let (at, due) = next_refresh(t0, Some(t0 - S(1)), Some(t0 - S(2)), S(3), S(3));
         assert_eq!(at, t0 + S(1));
-        assert_eq!(due, Due { info: true, clock: false });
+        assert_eq!(
+            due,
+            Due {
+                info: true,
+                clock: false
+            }
+        );
         // No reading for a period: the clock is due now, INFO later.
         let (at, due) = next_refresh(t0, Some(t0 - S(3)), Some(t0), S(3), S(3));
         assert_eq!(at, t0);
-        assert_eq!(due, Due { info: false, clock: true });
+        assert_eq!(
+            due,
+            Due {
+                info: false,
+                clock: true
+            }
+        );
         // Nothing read yet: both at once.
         let (at, due) = next_refresh(t0, None, None, S(3), S(3));
-        assert_eq!((at, due), (t0, Due { info: true, clock: true }));
+        assert_eq!(
+            (at, due),
+            (
+                t0,
+                Due {
+                    info: true,
+                    clock: true
+                }
+            )
+        );
     }
 }
