@@ -305,7 +305,7 @@ impl ProbeKeys {
         let two = vec![&*self.probe, &*self.epoch];
         let released = vec![&*self.probe, &*self.next];
         let hash = vec![&*self.candidates];
-        let watched = vec![&*self.probe, &*self.candidates];
+        let watched = vec![&*self.probe, &*self.candidates, &*self.epoch];
         let (value, other, next, ttl) = (&*self.value, &*self.other, &*self.successor, &*self.ttl_ms);
         let step = ProbeStep::new;
         [
@@ -317,7 +317,7 @@ impl ProbeKeys {
             step("acquire by the successor", &s.acquire, three, vec![next, ttl, "0", "take", "check-config-successor"], Some(1)),
             step("release", &s.release, released, vec![next, &self.channel, &self.notice, "", "0"], Some(1)),
             step("candidate record", &s.candidates, hash.clone(), vec!["check-config", ttl, "0", "0", "0", "0", ""], None),
-            step("watch", &s.watch, watched, vec!["check-config", ttl, "0", "0", "0", "0", ""], None),
+            step("watch", &s.watch, watched, vec!["check-config", ttl, "0", "0", "0", "0", "", ""], None),
             step("candidate withdrawal", &s.candidates, hash, vec!["check-config", ttl, "withdraw", "0", "0", "0", ""], None),
         ]
     }

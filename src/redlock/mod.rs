@@ -70,6 +70,9 @@ pub struct Redlock {
     epoch_seen: AtomicU64,
     /// Releases whose last commands still run in the background (see [`Redlock::release`]).
     releasing: tokio_util::task::TaskTracker,
+    /// The holder value the last watch saw on a quorum ([`Redlock::watch`]): the watch reads
+    /// the epoch only when the holder changed.
+    watched_holder: std::sync::Mutex<String>,
 }
 
 impl Redlock {
@@ -106,6 +109,7 @@ impl Redlock {
             metrics,
             epoch_seen: AtomicU64::new(0),
             releasing: tokio_util::task::TaskTracker::new(),
+            watched_holder: std::sync::Mutex::new(String::new()),
         })
     }
 

@@ -164,13 +164,17 @@ return out
 /// An idle follower's refresh ([`super::watch`]): the holder and the candidates in one atomic
 /// step, the own record refreshed, so a follower that knows the holder needs one call per node
 /// per refresh instead of an acquire attempt, its cleanup and a candidates round. KEYS: lock,
-/// candidates hash. ARGV: as [`CANDIDATES`] (identity '' = only read; never `withdraw`).
-/// Returns `{now, pttl_ms (-2 when free), holder_value or '', now, id1, value1, ...}`: the
-/// records as [`CANDIDATES`] returns them, the own one as written. Commands: `TIME`, `GET`,
-/// `PTTL` (only when held), `HGETALL`, `HSET` and `PEXPIRE` (only with an identity); the
-/// ready-since is taken from the `HGETALL` (no `HGET`), and the hash is kept alive until its
-/// latest live record expires (one `PEXPIRE`, no `PTTL` of the hash): never shorter than
-/// [`CANDIDATES`] keeps it, since each of its records is among those live ones.
+/// candidates hash, epoch. ARGV: as [`CANDIDATES`] (identity '' = only read; never
+/// `withdraw`), then the holder value the follower last saw.
+/// Returns `{now, pttl_ms (-2 when free), holder_value or '', epoch (-1: not read), now, id1,
+/// value1, ...}`: the records as [`CANDIDATES`] returns them, the own one as written. The epoch
+/// is read only when the holder is not the one last seen (a term this follower did not see
+/// begin), so a follower still learns every term's token, as a denied attempt taught it.
+/// Commands: `TIME`, `GET`, `PTTL` (only when held), `HGETALL`, `HSET` and `PEXPIRE` (only with
+/// an identity), `GET` of the epoch (only for a new holder); the ready-since is taken from the
+/// `HGETALL` (no `HGET`), and the hash is kept alive until its latest live record expires (one
+/// `PEXPIRE`, no `PTTL` of the hash): never shorter than [`CANDIDATES`] keeps it, since each of
+/// its records is among those live ones.
 pub const WATCH: &str = concat!(
     now_us!(),
     r#"local holder = redis.call('GET', KEYS[1]) or ''
@@ -178,8 +182,12 @@ local pttl = -2
 if holder ~= '' then
   pttl = redis.call('PTTL', KEYS[1])
 end
+local epoch = -1
+if holder ~= '' and holder ~= ARGV[8] then
+  epoch = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+end
 local all = redis.call('HGETALL', KEYS[2])
-local out = {now, pttl, holder, now}
+local out = {now, pttl, holder, epoch, now}
 local old = nil
 local last = 0
 for i = 1, #all, 2 do

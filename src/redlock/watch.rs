@@ -9,6 +9,8 @@
 //! on every node.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -29,6 +31,8 @@ pub struct KeySeen {
     pub holder: String,
     /// The key's remaining lifetime, when held and it has one.
     pub pttl: Option<Duration>,
+    /// The node's fencing epoch, when read (a holder other than the one last seen).
+    pub epoch: Option<u64>,
 }
 
 /// What a watch round saw.
@@ -53,7 +57,13 @@ impl Redlock {
             Some(m) => args.extend(m.fields.iter().map(String::as_str)),
             None => args.extend(["0", "0", "0", "0", ""]),
         }
-        let keys = [self.key.as_str(), self.candidates_key.as_str()];
+        let known = lock_seen(&self.watched_holder).clone();
+        args.push(&known);
+        let keys = [
+            self.key.as_str(),
+            self.candidates_key.as_str(),
+            self.epoch_key.as_str(),
+        ];
         let answers: Vec<(KeySeen, candidates::NodeRecords)> = self
             .nodes
             .iter()
@@ -67,14 +77,38 @@ impl Redlock {
             return Watched::default();
         }
         let (keys_seen, records): (Vec<KeySeen>, Vec<_>) = answers.into_iter().unzip();
+        let epoch = keys_seen.iter().filter_map(|k| k.epoch).max().unwrap_or(0);
+        self.epoch_seen.fetch_max(epoch, Ordering::SeqCst);
+        let held = held(self.nodes.len(), &keys_seen);
+        if let Some(value) = held.as_ref().and(majority_value(&keys_seen)) {
+            *lock_seen(&self.watched_holder) = value;
+        }
         Watched {
-            held: held(self.nodes.len(), &keys_seen),
+            held,
             candidates: Some(candidates::merge(&records, quorum)),
         }
     }
 }
 
-/// One node's reply (its leading `TIME` already taken by `eval`): pttl, holder, then the
+/// The holder value most nodes report (non-empty), if any.
+fn majority_value(seen: &[KeySeen]) -> Option<String> {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for s in seen.iter().filter(|s| !s.holder.is_empty()) {
+        *counts.entry(s.holder.as_str()).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by_key(|(_, c)| *c)
+        .map(|(v, _)| v.to_string())
+}
+
+/// The last holder value a watch saw. A poisoned lock only means a panic elsewhere mid-update;
+/// the value is plain.
+fn lock_seen(m: &Mutex<String>) -> std::sync::MutexGuard<'_, String> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One node's reply (its leading `TIME` already taken by `eval`): pttl, holder, epoch, then the
 /// records as the candidates script returns them.
 fn parse_watch(items: Vec<Value>) -> Option<(KeySeen, candidates::NodeRecords)> {
     let mut it = items.into_iter();
@@ -86,9 +120,13 @@ fn parse_watch(items: Vec<Value>) -> Option<(KeySeen, candidates::NodeRecords)> 
         Value::SimpleString(s) => s,
         _ => return None,
     };
+    let Value::Int(epoch) = it.next()? else {
+        return None;
+    };
     let seen = KeySeen {
         pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
         holder,
+        epoch: u64::try_from(epoch).ok(),
     };
     Some((seen, parse_candidates(it.collect())))
 }
@@ -124,6 +162,7 @@ mod tests {
         KeySeen {
             holder: holder.into(),
             pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+            epoch: None,
         }
     }
 
@@ -154,15 +193,22 @@ mod tests {
         let (seen, records) = parse_watch(vec![
             Value::Int(750),
             bulk("b#1"),
+            Value::Int(7),
             Value::Int(5),
             bulk("c"),
             bulk("9|0|0|0|0|"),
         ])
         .expect("parses");
-        assert_eq!(seen, key("b#1", 750));
+        assert_eq!(
+            seen,
+            KeySeen {
+                epoch: Some(7),
+                ..key("b#1", 750)
+            }
+        );
         assert_eq!(records.now_us, 5);
         assert_eq!(records.entries, vec![("c".into(), "9|0|0|0|0|".into())]);
-        let (free, _) = parse_watch(vec![Value::Int(-2), bulk(""), Value::Int(5)]).expect("free");
+        let (free, _) = parse_watch(vec![Value::Int(-2), bulk(""), Value::Int(-1), Value::Int(5)]).expect("free");
         assert_eq!(free, key("", -2));
         assert_eq!(parse_watch(vec![Value::Int(1)]), None);
     }
