@@ -47,7 +47,7 @@ cmp -s "$ALERTS_SRC" "$ALERTS_COPY" \
 step "promtool check rules / test rules"
 "$PROMTOOL" check rules "$ALERTS_COPY" || die "promtool check rules"
 "$PROMTOOL" test rules monitoring/alerts.test.yaml || die "promtool test rules"
-"$PY" - "$ALERTS_COPY" monitoring/alerts.test.yaml <<'EOF' || die "every alert needs a firing unit test and a runbook description"
+"$PY" - "$ALERTS_COPY" monitoring/alerts.test.yaml <<'EOF' || die "every alert needs a firing unit test, a runbook description and a runbook_url"
 import sys, yaml
 rules = [r for g in yaml.safe_load(open(sys.argv[1]))["groups"] for r in g["rules"]]
 tests = yaml.safe_load(open(sys.argv[2]))["tests"]
@@ -56,8 +56,9 @@ for r in rules:
     assert r["alert"] in fired, f"{r['alert']}: no promtool test where it fires"
     a = r.get("annotations", {})
     assert a.get("summary") and len(a.get("description", "")) > 200, f"{r['alert']}: summary + runbook-style description"
+    assert a.get("runbook_url", "").startswith("https://github.com/redlock-elector/redlock-elector/blob/main/docs/"), f"{r['alert']}: runbook_url into docs/ (its anchor is checked by tests/suite/docs_links.rs)"
     assert r.get("labels", {}).get("severity") in {"critical", "warning"}, f"{r['alert']}: severity"
-print(f"{len(rules)} alerts, each with a firing unit test, a severity and a runbook description")
+print(f"{len(rules)} alerts, each with a firing unit test, a severity, a runbook description and a runbook_url")
 EOF
 
 # ------------------------------------------------------------------------------------ dashboard

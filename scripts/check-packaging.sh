@@ -10,7 +10,7 @@
 #                                         target/static/...) instead of building it
 #
 # Steps: tools -> helm lint + render (every ci/*.yaml and the parent example) -> the helm CLI
-# (lint --strict, template at the oldest and newest Kubernetes, with/without CRD APIs) -> kubernetes-
+# (lint --strict, template at the oldest and newest Kubernetes, with/without CRD APIs, 1.28 refused) -> kubernetes-
 # validate --strict (1.29 and newest) of renders and manifests/ -> CRD objects -> manifests/ up
 # to date -> kustomize build -> hadolint -> static binary build + smoke -> pytest assertions.
 set -euo pipefail
@@ -21,10 +21,10 @@ VENV="$REPO/.venv-tools"
 OUT="$REPO/target/packaging"
 REQS="$REPO/tests/packaging/requirements.txt"
 KUBE_MIN=1.29.0
-# Same flags as the Dockerfile's builder stage; a separate target dir keeps the normal build
-# cache (target/release, target/debug) intact.
+# Where scripts/image.sh builds the static binary (a separate target dir keeps the normal build
+# cache, target/release and target/debug, intact).
 STATIC_TARGET_DIR="$REPO/target/static"
-BIN="$STATIC_TARGET_DIR/x86_64-unknown-linux-gnu/release/redlock-elector"
+BIN="$STATIC_TARGET_DIR/$(uname -m)-unknown-linux-gnu/release/redlock-elector"
 
 step() { printf '\n==> %s\n' "$*"; }
 die() { printf '\ncheck-packaging: FAILED: %s\n' "$*" >&2; exit 1; }
@@ -54,9 +54,9 @@ rm -rf "$OUT/rendered"
 # Kubernetes $KUBE_MIN and the newest built, with and without the prometheus-operator API
 # announced (the chart gates PodMonitor/PrometheusRule on values, so a cluster without the CRDs
 # must still render), and native sidecars are refused below 1.29 with the chart's own message.
-step "helm CLI: lint --strict and template of every ci/*.yaml at Kubernetes $KUBE_MIN and the newest, native sidecars refused below 1.29"
+step "helm CLI: lint --strict and template of every ci/*.yaml at Kubernetes $KUBE_MIN and the newest, Kubernetes < 1.29 refused"
 HELM_BIN="$(scripts/control-plane.sh build)/helm" \
-  || die "the helm CLI is not built: scripts/control-plane.sh build needs Go 1.26 and the Go module proxy (see README, Development)"
+  || die "the helm CLI is not built: scripts/control-plane.sh build needs Go 1.26 and the Go module proxy (see docs/development.md)"
 "$HELM_BIN" version --short | sed 's/^/    /'
 KUBE_CP="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { sub(/^v/, "", $2); print $2; exit }' tests/control-plane/kubernetes/go.mod)"
 [ -n "$KUBE_CP" ] || die "cannot read the Kubernetes version from tests/control-plane/kubernetes/go.mod"
@@ -73,14 +73,43 @@ for values in charts/redlock-elector/ci/*.yaml; do
   echo "    $(basename "$values"): lint and template at $KUBE_MIN and $KUBE_CP"
 done
 DEFAULTS=charts/redlock-elector/ci/defaults-values.yaml
+# Chart.yaml's kubeVersion (>=1.29.0-0, the native-sidecar floor) refuses older clusters outright;
+# the templates' own guard stays for parent charts that include the sidecar (see test_chart.py).
 if "$HELM_BIN" template demo charts/redlock-elector --kube-version 1.28.0 -f "$DEFAULTS" > /dev/null 2> "$OUT/helm-cli.log"; then
-  die "helm template --kube-version 1.28.0 rendered native sidecars; the chart must refuse them below 1.29"
+  die "helm template --kube-version 1.28.0 rendered; Chart.yaml's kubeVersion must refuse Kubernetes < 1.29"
 fi
-grep -q "needs Kubernetes >= 1.29" "$OUT/helm-cli.log" \
-  || { cat "$OUT/helm-cli.log"; die "helm template at 1.28 failed, but not with the chart's native-sidecar message"; }
-"$HELM_BIN" template demo charts/redlock-elector --kube-version 1.28.0 -f "$DEFAULTS" --set sidecar.native=false > /dev/null \
-  || die "helm template --kube-version 1.28.0 --set sidecar.native=false failed"
-echo "    1.28: native sidecars refused with the chart's message; sidecar.native=false renders"
+grep -q "kubeVersion" "$OUT/helm-cli.log" \
+  || { cat "$OUT/helm-cli.log"; die "helm template at 1.28 failed, but not on the chart's kubeVersion"; }
+echo "    1.28: refused by kubeVersion ($(tr -d '\n' < "$OUT/helm-cli.log" | cut -c1-120))"
+
+# The post-renderer route for third-party charts, through the helm CLI itself: the plugin
+# installed into a private plugin dir, `helm template --post-renderer` of a stand-in chart.
+step "helm CLI: the post-renderer plugin (scripts/helm-post-renderer) on a third-party chart"
+# Helm 4 installs plugins under HELM_DATA_HOME (not HELM_PLUGINS): both point into $OUT, so the
+# user's own Helm directories are not touched.
+HELM_HOME_TMP="$OUT/helm-home"
+rm -rf "$HELM_HOME_TMP" && mkdir -p "$HELM_HOME_TMP"
+helm_private() {
+  HELM_DATA_HOME="$HELM_HOME_TMP/data" HELM_PLUGINS="$HELM_HOME_TMP/data/plugins" HELM_CONFIG_HOME="$HELM_HOME_TMP/config" \
+    HELM_CACHE_HOME="$HELM_HOME_TMP/cache" PATH="$VENV/bin:$PATH" "$HELM_BIN" "$@"
+}
+helm_private plugin install scripts/helm-post-renderer > "$OUT/helm-cli.log" 2>&1 \
+  || { cat "$OUT/helm-cli.log"; die "helm plugin install scripts/helm-post-renderer failed"; }
+helm_private template shop tests/packaging/third-party-chart -n shop \
+  --post-renderer redlock-elector-sidecar \
+  --post-renderer-args "--config=$REPO/manifests/example-existing-workload/config.yaml" \
+  --post-renderer-args StatefulSet/shop-db > "$OUT/post-rendered.yaml" 2> "$OUT/helm-cli.log" \
+  || { cat "$OUT/helm-cli.log"; die "helm template --post-renderer redlock-elector-sidecar failed"; }
+"$PY" - "$OUT/post-rendered.yaml" <<'EOF2' || die "the post-rendered StatefulSet lacks the native sidecar"
+import sys, yaml
+objs = [o for o in yaml.safe_load_all(open(sys.argv[1])) if o]
+(db,) = [o for o in objs if o["kind"] == "StatefulSet"]
+inits = {c["name"]: c.get("restartPolicy") for c in db["spec"]["template"]["spec"]["initContainers"]}
+assert inits.get("redlock-elector") == "Always", inits
+(ui,) = [o for o in objs if o["kind"] == "Deployment"]
+assert "initContainers" not in ui["spec"]["template"]["spec"], "shop-ui was not named"
+print(f"    StatefulSet/shop-db init containers {list(inits)}; {len(objs)} objects")
+EOF2
 
 # ---------------------------------------------------------------------- kubernetes-validate
 validate() {
@@ -95,7 +124,7 @@ validate() {
   grep -h . "$log" | sed 's/^/    /' || true
 }
 step "kubernetes-validate --strict, Kubernetes $KUBE_MIN and $KUBE_NEWEST: rendered chart"
-validate "$OUT"/rendered/*.yaml
+validate "$OUT"/rendered/*.yaml "$OUT/post-rendered.yaml"
 echo "    $(cat "$OUT"/rendered/*.yaml | grep -c '^kind:') objects valid"
 step "prometheus-operator objects against the CRD models"
 "$PY" tests/packaging/validate_crds.py "$OUT"/rendered/*.yaml | sed 's/^/    /'
@@ -109,37 +138,58 @@ if ! diff -ru manifests "$OUT/manifests"; then
   die "manifests/ is stale: run '.venv-tools/bin/python scripts/gen-manifests.py' and commit it"
 fi
 echo "    up to date"
-step "kubectl kustomize manifests/base and manifests/example, and kubernetes-validate --strict"
+step "kubectl kustomize manifests/base, manifests/example and manifests/example-existing-workload, and kubernetes-validate --strict"
 "$VENV/bin/kubectl" kustomize manifests/base > "$OUT/kustomize-base.yaml" || die "kustomize build of manifests/base failed"
 "$VENV/bin/kubectl" kustomize manifests/example > "$OUT/kustomize-example.yaml" || die "kustomize build of manifests/example failed"
+"$VENV/bin/kubectl" kustomize manifests/example-existing-workload > "$OUT/kustomize-existing-workload.yaml" \
+  || die "kustomize build of manifests/example-existing-workload (the sidecar Component on a plain Deployment) failed"
+# Whole objects only: the Component's sidecar-patch.yaml is a patch and its config.example.yaml
+# a sidecar config; both are checked through the kustomize build above and tests/packaging.
 manifest_files=()
-while IFS= read -r f; do manifest_files+=("$f"); done < <(find manifests -name '*.yaml' ! -name kustomization.yaml | sort)
-validate "${manifest_files[@]}" "$OUT/kustomize-base.yaml" "$OUT/kustomize-example.yaml"
-echo "    ${#manifest_files[@]} files + 2 kustomize builds valid"
+while IFS= read -r f; do manifest_files+=("$f"); done < <(find manifests -name '*.yaml' ! -name kustomization.yaml \
+  ! -path 'manifests/components/*' ! -name 'config*.yaml' | sort)
+validate "${manifest_files[@]}" "$OUT/kustomize-base.yaml" "$OUT/kustomize-example.yaml" "$OUT/kustomize-existing-workload.yaml"
+echo "    ${#manifest_files[@]} files + 3 kustomize builds valid"
 
 # ------------------------------------------------------------------------------ Dockerfile
 step "hadolint Dockerfile"
 "$VENV/bin/hadolint" --failure-threshold info Dockerfile || die "hadolint found problems in Dockerfile"
 echo "    clean"
 
-# --------------------------------------------------------------------------- static binary
-if [ -z "${SKIP_STATIC_BUILD:-}" ]; then
-  step "static binary, as the Dockerfile builds it (CARGO_TARGET_DIR=target/static)"
-  command -v cargo >/dev/null || die "cargo is missing"
-  CARGO_TARGET_DIR="$STATIC_TARGET_DIR" RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --release --locked --target x86_64-unknown-linux-gnu --bin redlock-elector \
-    || die "static cargo build failed (same flags as the Dockerfile)"
-else
-  BIN="${REDLOCK_ELECTOR_BIN:-$BIN}"
-  step "static binary: SKIP_STATIC_BUILD set, using $BIN"
+# ---------------------------------------------------------------------- release workflow
+# .github/workflows/release.yml cannot run here (no registry, no tag); actionlint checks its
+# syntax, expressions, action inputs and runner labels. Pinned, built from source when missing.
+step "actionlint .github/workflows (the release workflow)"
+ACTIONLINT="$(ensure_go_tool actionlint github.com/rhysd/actionlint/cmd/actionlint v1.7.12)" \
+  || die "actionlint is missing and could not be built (go install github.com/rhysd/actionlint/cmd/actionlint@v1.7.12)"
+"$ACTIONLINT" -no-color .github/workflows/*.yml || die "actionlint found problems in .github/workflows"
+echo "    clean ($(ls .github/workflows/*.yml | wc -l) workflow(s))"
+
+# ---------------------------------------------------------------------------- chart README
+step "charts/redlock-elector/README.md up to date with values.yaml (helm-docs)"
+HELM_DOCS="$(ensure_go_tool helm-docs github.com/norwoodj/helm-docs/cmd/helm-docs v1.14.2)" \
+  || die "helm-docs is missing and could not be built (go install github.com/norwoodj/helm-docs/cmd/helm-docs@v1.14.2)"
+rm -rf "$OUT/helm-docs" && mkdir -p "$OUT/helm-docs" && cp -r charts/redlock-elector "$OUT/helm-docs/"
+"$HELM_DOCS" --log-level warning --chart-search-root "$OUT/helm-docs" > "$OUT/helm-docs.log" 2>&1 \
+  || { cat "$OUT/helm-docs.log"; die "helm-docs failed"; }
+if ! diff -u charts/redlock-elector/README.md "$OUT/helm-docs/redlock-elector/README.md"; then
+  die "charts/redlock-elector/README.md is stale: run '$HELM_DOCS --chart-search-root charts/redlock-elector' and commit it"
 fi
-[ -x "$BIN" ] || die "no binary at $BIN"
-# The image ships the binary stripped (Dockerfile: strip /redlock-elector); so does this check.
-unstripped_size="$(stat -c %s "$BIN")"
+echo "    up to date"
+
+# --------------------------------------------------------------------------- static binary
+# scripts/image.sh builds it exactly as the Dockerfile's builder stage does (RUSTFLAGS, --target,
+# CARGO_TARGET_DIR=target/static) and strips it as the image ships it; scripts/check-image.sh checks
+# that the two agree and builds the image itself.
+if [ -z "${SKIP_STATIC_BUILD:-}" ]; then
+  step "static binary, as the Dockerfile builds it (scripts/image.sh binary)"
+  BIN="$(scripts/image.sh binary)" || die "static build failed (scripts/image.sh binary; same flags as the Dockerfile)"
+else
+  step "static binary: SKIP_STATIC_BUILD set, using ${REDLOCK_ELECTOR_BIN:-$BIN}"
+  BIN="$(REDLOCK_ELECTOR_BIN="${REDLOCK_ELECTOR_BIN:-$BIN}" scripts/image.sh binary)" || die "scripts/image.sh binary failed"
+fi
+unstripped_size="$(stat -c %s "${REDLOCK_ELECTOR_BIN:-$STATIC_TARGET_DIR/$(uname -m)-unknown-linux-gnu/release/redlock-elector}")"
 mkdir -p "$OUT"
-cp "$BIN" "$OUT/redlock-elector"
-strip "$OUT/redlock-elector" || die "strip failed (apt-get install binutils)"
-BIN="$OUT/redlock-elector"
 step "smoke test of $BIN (stripped, as in the image)"
 if ldd "$BIN" 2>&1 | grep -q "=>"; then
   ldd "$BIN"; die "binary is dynamically linked; distroless/static has no libc"

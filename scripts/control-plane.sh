@@ -14,7 +14,7 @@
 # Binaries are cached outside the work tree, one directory per component and version:
 #   ${CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-elector/control-plane}/
 #     kubernetes-v1.37.2/  etcd-v3.6.16/  helm-v4.3.1/  bin/ (symlinks to the current ones)
-# A cold build takes tens of minutes on 2 cores (see README); later runs reuse the cache and
+# A cold build takes tens of minutes on 2 cores (see docs/development.md); later runs reuse the cache and
 # rebuild only when tests/control-plane/*/go.mod or go.sum change. Go builds run under
 # `nice -n ${CONTROL_PLANE_NICE:-15}`.
 #
@@ -65,7 +65,7 @@ build_component() {
   local out="$CACHE/$name-$version" want start
   want="$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${ldflags//$BUILD_DATE/}"; } | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
   if [ "$(cat "$out/.built-from" 2>/dev/null)" = "$want" ]; then return; fi
-  echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold, all three: 10 to 40 min on 2 cores, see README)" >&2
+  echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold, all three: 10 to 40 min on 2 cores, see docs/development.md)" >&2
   start=$SECONDS
   rm -rf "$out.tmp"
   (cd "$dir" && CGO_ENABLED=0 nice -n "$NICE" "$GO" build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@") \

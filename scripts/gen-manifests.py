@@ -4,6 +4,13 @@
 manifests/base     kustomize base: the sidecar in a Deployment with a demo app, its ConfigMap,
                    ServiceAccount + Role + RoleBinding and the leader Service
 manifests/example  kustomize overlay: the base plus three demo Redis masters, in a namespace
+manifests/components/sidecar
+                   kustomize Component: adds the native sidecar, its ConfigMap, RBAC and the
+                   leader Service to a Deployment or StatefulSet you already have (the ones
+                   annotated redlock-elector/sidecar: "true"; docs/operating/existing-workload.md)
+manifests/example-existing-workload
+                   kustomize overlay: a plain Deployment, named in a small local Component, gets
+                   the sidecar from the Component above
 
 usage: scripts/gen-manifests.py [OUTDIR]   (default: manifests/; needs the .venv-tools Python
        that scripts/check-packaging.sh sets up). CI regenerates into a temp dir and diffs.
@@ -39,6 +46,7 @@ BASE_FILES = {
     "ConfigMap": "configmap.yaml",
     "Service": "service-leader.yaml",
     "Deployment": "deployment.yaml",
+    "PodDisruptionBudget": "poddisruptionbudget.yaml",
 }
 
 
@@ -114,14 +122,248 @@ def main() -> int:
                 "kind": "Kustomization",
                 "namespace": "redlock-demo",
                 "resources": ["namespace.yaml", "../base", "redis.yaml"],
-                "images": [{"name": "redlock-elector", "newTag": VERSION}],
+                "images": [{"name": IMAGE, "newTag": VERSION}],
             },
             sort_keys=False,
         )
     )
+    write_component(out)
+    write_existing_workload_example(out)
     return 0
 
 
+# The Component's names: the lease and the pod label are "my-app"; objects are "redlock-elector-*".
+COMPONENT_VALUES = {
+    "fullnameOverride": "redlock-elector",
+    "config": {
+        "lease": {"name": "my-app"},
+        "redis": {"endpoints": [
+            "redis://redis-0.redis:6379", "redis://redis-1.redis:6379", "redis://redis-2.redis:6379",
+        ]},
+    },
+    "podDisruptionBudget": {"enabled": False},
+}
+# Which workloads get the sidecar: the annotation your overlay puts on them (by name: see
+# manifests/example-existing-workload/select).
+SELECT_ANNOTATION = "redlock-elector/sidecar"
+COMPONENT_README = """\
+# Adds the redlock-elector native sidecar to every Deployment and StatefulSet annotated
+# redlock-elector/sidecar: "true", with the ConfigMap volume (redlock-elector-config: your overlay
+# generates it from your config file; config.example.yaml shows one), ServiceAccount + Role + RoleBinding (redlock-elector) and the leader Service
+# (redlock-elector-leader). Usage and how to name your workload: docs/operating/existing-workload.md
+# and manifests/example-existing-workload.
+"""
+
+
+def write_component(out: Path) -> None:
+    """manifests/components/sidecar and manifests/examples/existing-workload, from the chart."""
+    objects = [clean(o) for o in chartlib.split_objects(
+        chartlib.render_chart(COMPONENT_VALUES, name="redlock-elector", namespace="default"))]
+    by_kind: dict[str, list[dict]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    (dep,) = by_kind["Deployment"]
+    (cm,) = by_kind["ConfigMap"]
+    spec = dep["spec"]["template"]["spec"]
+    (sidecar,) = spec["initContainers"]
+    # The lease name comes from the pod's own label (downward API), so the label the leader
+    # Service selects and the lease the sidecar holds cannot drift apart.
+    sidecar["env"].append({"name": "REDLOCK_ELECTOR_LEASE_NAME", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.labels['redlock-elector/lease']"}}})
+    config_volume = next(v for v in spec["volumes"] if v["name"] == "redlock-elector-config")
+    lease_label = {"redlock-elector/lease": dep["spec"]["template"]["metadata"]["labels"]["redlock-elector/lease"]}
+    patch = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "any-workload"},
+        "spec": {"template": {
+            "metadata": {
+                "labels": lease_label,
+                "annotations": dict(dep["spec"]["template"]["metadata"]["annotations"]),
+            },
+            "spec": {
+                "serviceAccountName": spec["serviceAccountName"],
+                "initContainers": [sidecar],
+                "volumes": [config_volume],
+            },
+        }},
+    }
+    # The config's checksum annotation: the generator's hash suffix rolls the pods instead.
+    patch["spec"]["template"]["metadata"].pop("annotations")
+    root = out / "components" / "sidecar"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.example.yaml").write_text(
+        "# An example of the sidecar's config (SPEC \"Config file\"), as the chart renders it. The\n"
+        "# Component does not generate the ConfigMap: your overlay does, from your config file:\n"
+        "#   configMapGenerator: [{name: redlock-elector-config, files: [config.yaml]}]\n"
+        "# lease.name is overridden by the pod label redlock-elector/lease (REDLOCK_ELECTOR_LEASE_NAME).\n"
+        + cm["data"]["config.yaml"])
+    (root / "sidecar-patch.yaml").write_text(dump([patch]))
+    # No namespace on the RoleBinding's subject: RBAC then takes the binding's own, so the
+    # Component works in whatever namespace the overlay (or `kubectl apply -n`) puts it.
+    for binding in by_kind["RoleBinding"]:
+        for subject in binding["subjects"]:
+            subject.pop("namespace", None)
+    (root / "rbac.yaml").write_text(dump(by_kind["ServiceAccount"] + by_kind["Role"] + by_kind["RoleBinding"]))
+    (root / "service-leader.yaml").write_text(dump(by_kind["Service"]))
+    (root / "kustomization.yaml").write_text(
+        HEADER + COMPONENT_README
+        + yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+                "kind": "Component",
+                "resources": ["rbac.yaml", "service-leader.yaml"],
+                "patches": [{
+                    "path": "sidecar-patch.yaml",
+                    "target": {"group": "apps", "kind": "Deployment|StatefulSet",
+                               "annotationSelector": f"{SELECT_ANNOTATION}=true"},
+                }],
+                "images": [{"name": IMAGE, "newTag": VERSION}],
+            },
+            sort_keys=False,
+        )
+    )
+
+
+EXAMPLE_APP = """\
+# A workload you already have: two plain Deployments and a Service, nothing of redlock-elector.
+# `web` gets the sidecar (named in select/), `worker` does not. The image stands for yours.
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+        - name: web
+          image: registry.example/web:1.0
+          ports:
+            - name: http
+              containerPort: 8080
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: worker
+  labels:
+    app: worker
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: worker
+  template:
+    metadata:
+      labels:
+        app: worker
+    spec:
+      containers:
+        - name: worker
+          image: registry.example/worker:1.0
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  selector:
+    app: web
+  ports:
+    - name: http
+      port: 80
+      targetPort: http
+"""
+
+EXAMPLE_SELECT = """\
+# Names the workloads that get the sidecar. A Component, so that it runs before the sidecar
+# Component (an overlay's own patches run after its components). One entry per workload;
+# `kind: StatefulSet` works the same way.
+apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+patches:
+  - target:
+      kind: Deployment
+      name: web
+    # A strategic-merge patch: it adds the annotation and keeps the workload's others.
+    patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: web
+        annotations:
+          redlock-elector/sidecar: "true"
+"""
+
+EXAMPLE_CONFIG = """\
+# Your sidecar config (SPEC "Config file"): your Redis masters, your lease.
+lease:
+  name: web
+  ttl: 10s
+redis:
+  endpoints:
+    - redis://redis-0.redis:6379
+    - redis://redis-1.redis:6379
+    - redis://redis-2.redis:6379
+kubernetes:
+  enabled: auto
+"""
+
+EXAMPLE_KUSTOMIZATION = """\
+# Try it: kubectl kustomize manifests/example-existing-workload
+# `web` (named in select/) gets the native sidecar, its config, RBAC and the leader Service from
+# ../components/sidecar; `worker` is left alone. docs/operating/existing-workload.md explains it.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - app.yaml
+components:
+  - select
+  - ../components/sidecar
+configMapGenerator:
+  # The sidecar's config, under the name the Component's volume mounts (the hash suffix rolls the
+  # pods when it changes).
+  - name: redlock-elector-config
+    files:
+      - config.yaml
+patches:
+  # The lease is the pod label the sidecar reads (and the leader Service selects): make it yours.
+  - target:
+      kind: Deployment
+      name: web
+    patch: |-
+      - op: replace
+        path: /spec/template/metadata/labels/redlock-elector~1lease
+        value: web
+  - target:
+      kind: Service
+      name: redlock-elector-leader
+    patch: |-
+      - op: replace
+        path: /spec/selector/redlock-elector~1lease
+        value: web
+"""
+
+
+def write_existing_workload_example(out: Path) -> None:
+    root = out / "example-existing-workload"
+    (root / "select").mkdir(parents=True, exist_ok=True)
+    (root / "app.yaml").write_text(HEADER + EXAMPLE_APP)
+    (root / "config.yaml").write_text(EXAMPLE_CONFIG)
+    (root / "select" / "kustomization.yaml").write_text(HEADER + EXAMPLE_SELECT)
+    (root / "kustomization.yaml").write_text(HEADER + EXAMPLE_KUSTOMIZATION)
+
+
+IMAGE = yaml.safe_load((chartlib.CHART / "values.yaml").read_text())["image"]["repository"]
 VERSION = yaml.safe_load((chartlib.CHART / "Chart.yaml").read_text())["appVersion"]
 
 if __name__ == "__main__":

@@ -51,3 +51,39 @@ ensure_venv() {
     echo "$want" > "$stamp"
   fi
 }
+
+# ensure_go_tool NAME PACKAGE VERSION: prints the path of the Go program NAME, built from PACKAGE at
+# exactly VERSION (`go install PACKAGE@VERSION`) into its own cache directory
+# ${REDLOCK_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-elector/tools}/NAME-VERSION/, once;
+# a lock makes concurrent callers wait for one build. Go is looked for on PATH, then in
+# /usr/local/go/bin. Fails with the fix when it can't.
+ensure_go_tool() {
+  local name=$1 pkg=$2 version=$3 dir go start fd rc=0
+  dir="${REDLOCK_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-elector/tools}/$name-$version"
+  if [ -x "$dir/$name" ]; then echo "$dir/$name"; return 0; fi
+  mkdir -p "$(dirname "$dir")"
+  exec {fd}>"$dir.lock"
+  flock "$fd"
+  if [ ! -x "$dir/$name" ]; then
+    go="$(command -v go || true)"
+    if [ -z "$go" ] && [ -x /usr/local/go/bin/go ]; then go=/usr/local/go/bin/go; fi
+    if [ -z "$go" ]; then
+      echo "error: $name is built with Go and there is no go on PATH or in /usr/local/go/bin; install Go from https://go.dev/dl/" >&2
+      rc=1
+    else
+      echo "-- $name $version not found: go install $pkg@$version into $dir" >&2
+      start=$SECONDS
+      rm -rf "$dir.tmp"
+      if GOBIN="$dir.tmp" CGO_ENABLED=0 nice -n 10 "$go" install -trimpath -ldflags "-s -w" "$pkg@$version" >&2; then
+        mkdir -p "$dir" && mv "$dir.tmp/$name" "$dir/$name"
+        echo "-- built $name $version in $((SECONDS - start)) s" >&2
+      else
+        echo "error: go install $pkg@$version failed (see above); it needs the Go module proxy (GOPROXY)" >&2
+        rc=1
+      fi
+      rm -rf "$dir.tmp"
+    fi
+  fi
+  exec {fd}>&-
+  [ "$rc" = 0 ] && echo "$dir/$name"
+}

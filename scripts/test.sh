@@ -16,6 +16,8 @@ ensure_apt kill procps          # the tests send real signals with kill(1), not 
 ensure_apt python3 python3      # the packaging and observability checks run Python tools in a venv
 ensure_apt strip binutils       # the image's binary is stripped
 ensure_apt cc gcc               # the harness builds tests/clockshift (an LD_PRELOAD that steps Redis's wall clock)
+ensure_apt jq jq                # tests/suite/clients.rs runs the client snippets of examples/clients/:
+ensure_apt node nodejs          #   shell (curl + jq), Python, Node (18+: built-in fetch) and Go (as for the control plane)
 
 # The control-plane tests (tests/suite/control_plane*.rs, test names cp_*) need etcd, kube-apiserver,
 # kube-controller-manager, kubectl and helm built from their Go modules (tests/control-plane/).

@@ -71,6 +71,14 @@ pub struct View {
     pub eligible: bool,
     /// Per Redis endpoint (`host:port`): whether its vote counts for this sidecar right now.
     pub nodes: BTreeMap<String, bool>,
+    /// Why a quorum of nodes does not count this sidecar's votes yet: `clock_watch` (a fresh
+    /// sidecar watches each node's clock for ttl + margin; a graceful handover does not wait
+    /// for it), `clock_jump`, `restart_quarantine`, `unreachable`, `replica` or
+    /// `eviction_policy`; null when a quorum counts.
+    pub waiting_for: Option<&'static str>,
+    /// Milliseconds until a quorum counts if nothing changes meanwhile: 0 when it counts now,
+    /// null when waiting will not do it (nodes unreachable, replicas, evicting).
+    pub quorum_counts_in_ms: Option<u64>,
     /// The leader's rank (priority, revision, creation time) as its candidate record shows it;
     /// null while unknown.
     pub leader_rank: Option<Rank>,
@@ -95,8 +103,21 @@ pub struct CandidacyView {
     pub candidate_ready: bool,
 }
 
-/// Which Redis nodes' votes count for this sidecar at a given instant: endpoint → counts.
-pub type Eligibility = Arc<dyn Fn(Instant) -> BTreeMap<String, bool> + Send + Sync>;
+/// Which Redis nodes' votes count for this sidecar at a given instant, and when a quorum will.
+pub type Eligibility = Arc<dyn Fn(Instant) -> Nodes + Send + Sync>;
+
+/// The nodes as one answer shows them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Nodes {
+    /// Endpoint → whether its vote counts now.
+    pub counts: BTreeMap<String, bool>,
+    /// Why a quorum does not count yet (`clock_watch`, `clock_jump`, `restart_quarantine`,
+    /// `unreachable`, `replica`, `eviction_policy`); `None` when it does.
+    pub waiting_for: Option<&'static str>,
+    /// Milliseconds until a quorum counts if nothing changes: 0 when it does now; `None` when
+    /// waiting will not do it (nodes down, replicas).
+    pub quorum_in_ms: Option<u64>,
+}
 
 /// What every answering publisher reads (the API and the ops server).
 #[derive(Clone)]
@@ -126,7 +147,10 @@ impl Shared {
 
     /// Fill in the nodes' eligibility and the candidacy at `now`.
     pub fn with_nodes(&self, mut view: View, now: Instant) -> View {
-        view.nodes = (self.eligibility)(now);
+        let nodes = (self.eligibility)(now);
+        view.nodes = nodes.counts;
+        view.waiting_for = nodes.waiting_for;
+        view.quorum_counts_in_ms = nodes.quorum_in_ms;
         let counting = view.nodes.values().filter(|&&c| c).count();
         view.eligible = counting >= crate::redlock::math::quorum(view.nodes.len());
         let c = self.candidacy.borrow();
@@ -172,6 +196,8 @@ impl Leadership {
             version: s.version,
             eligible: false,
             nodes: BTreeMap::new(),
+            waiting_for: None,
+            quorum_counts_in_ms: None,
             leader_rank: None,
             handover_pending: false,
             candidate_ready: false,

@@ -43,6 +43,8 @@ impl Ops {
             leader_known: view.leader.is_some(),
         });
         self.metrics.set_identity(&self.shared.identity);
+        self.metrics
+            .set_quorum_wait(view.quorum_counts_in_ms.map(Duration::from_millis));
         let usable = self
             .nodes
             .iter()

@@ -203,7 +203,19 @@ fn shared(config: &Config, redlock: &Arc<Redlock>, handles: &Handles) -> Shared 
         leadership: handles.leadership.clone(),
         eligibility: {
             let redlock = redlock.clone();
-            Arc::new(move |now| redlock.eligibility(now))
+            Arc::new(move |now| {
+                let wait = redlock.quorum_wait(now);
+                crate::leadership::Nodes {
+                    counts: redlock.eligibility(now),
+                    waiting_for: wait.reason.map(|r| r.as_str()),
+                    quorum_in_ms: match wait.reason {
+                        None => Some(0),
+                        Some(_) => wait
+                            .at
+                            .map(|at| at.saturating_duration_since(now).as_millis() as u64),
+                    },
+                }
+            })
         },
         candidacy: handles.candidacy.clone(),
     }

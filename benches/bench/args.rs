@@ -8,6 +8,7 @@ pub const SECTIONS: &[&str] = &[
     "acquire",
     "tls",
     "handover",
+    "restart",
     "failover",
     "rollout",
     "load",

@@ -6,7 +6,7 @@
 //!   cargo bench --bench bench -- [--quick] [--json] [--only SECTION,...]
 //!   ./scripts/bench.sh [--quick] [--json]
 //!
-//! Sections (`args::SECTIONS`): `acquire`, `tls`, `handover`, `failover`, `rollout`, `load`,
+//! Sections (`args::SECTIONS`): `acquire`, `tls`, `handover`, `restart`, `failover`, `rollout`, `load`,
 //! `fanout`, `footprint`, `fleet`, `binary`; `endpoints` is scripts/bench.sh's. `--quick` runs few
 //! iterations (CI); figures are printed, nothing ever fails on timing. The process exits
 //! non-zero only when the benchmark itself breaks (a sidecar that never leads, a missing
@@ -103,6 +103,9 @@ fn run_sections(rt: &tokio::runtime::Runtime, o: &Opts) -> Report {
     }
     if o.wants("handover") {
         scenarios::handover::run(rt, o, &mut rep, &three);
+    }
+    if o.wants("restart") {
+        scenarios::restart::run(rt, o, &mut rep, &three);
     }
     if o.wants("failover") {
         scenarios::failover::run(rt, o, &mut rep, &three);

@@ -64,6 +64,11 @@ pub struct UnsafeSwitches {
     /// here so the benchmark can compare handovers with and without a named successor.
     #[arg(long = "no-named-successor", hide = true)]
     pub no_named_successor: bool,
+    /// `--unsafe-disable-release-proof-check`: a named successor counts every grant of its
+    /// attempt after the notice, whether or not the node confirms the previous holder's release
+    /// proof, so a fresh sidecar skips its clock watch on nodes nobody vouched for.
+    #[arg(long = "unsafe-disable-release-proof-check", hide = true)]
+    pub release_proof_check_off: bool,
 }
 
 impl UnsafeSwitches {
@@ -75,6 +80,9 @@ impl UnsafeSwitches {
         }
         if self.no_named_successor {
             w.push("--no-named-successor: releases name no successor; followers race (benchmark comparison only)");
+        }
+        if self.release_proof_check_off {
+            w.push("--unsafe-disable-release-proof-check: a named successor counts nodes that gave no release proof; mutual exclusion is NOT guaranteed (tests only)");
         }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");

@@ -53,14 +53,16 @@ impl Elector {
         })
     }
 
-    /// Whether this sidecar is a ready candidate now: a quorum of nodes counts its votes (a
-    /// successor that cannot win is never named) and its pod is Ready.
+    /// Whether this sidecar is a ready candidate now: its pod is Ready and, if named, it could
+    /// win: a quorum of nodes counts its votes, or would on a graceful release's proof (a fresh
+    /// sidecar still watching the nodes' clocks takes a handover at once; a successor that
+    /// cannot win is never named).
     fn ready(&self) -> bool {
         let ready = {
             let s = self.standing.borrow();
             s.known && s.ready
         };
-        ready && self.redlock.eligible(Instant::now())
+        ready && self.redlock.eligible_as_successor(Instant::now())
     }
 
     /// Refresh the own candidate record (once the rank is known) and read everyone's.

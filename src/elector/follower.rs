@@ -36,6 +36,10 @@ const SPLIT_VOTE_RETRY: std::ops::Range<Duration> =
     Duration::from_millis(1)..Duration::from_millis(15);
 /// ...this many times in a row, then at the normal period.
 const FAST_RETRIES: u32 = 3;
+/// A fresh sidecar whose candidate record could not say ready yet (its connections were still
+/// being verified) writes it again this soon, so that a rolling restart's new pod can be named
+/// at once, not a retry period later.
+const READY_RECHECK: Duration = Duration::from_millis(50);
 /// While the loop is stalled, no attempt: look again after this.
 const STALLED_RECHECK: Duration = Duration::from_millis(100);
 /// Each watch period is scaled by a factor from this range: below 1, so that the watch's reply
@@ -54,6 +58,8 @@ pub(super) struct Schedule {
     /// Start of the current failover gap (for `acquire_wait`): when the lease was last known
     /// held by someone else, or the first attempt that found it free.
     free_since: Option<Instant>,
+    /// When this sidecar started following (for [`READY_RECHECK`]).
+    started: Instant,
     /// Someone else holds the lease: when the timer fires, watch instead of attempting.
     watching: bool,
 }
@@ -65,6 +71,7 @@ impl Schedule {
             fast_streak: 0,
             cooldown_until: None,
             free_since: None,
+            started: Instant::now(),
             watching: false,
         }
     }
@@ -89,22 +96,22 @@ impl Elector {
     pub(super) async fn elect(&mut self, stop: &CancellationToken) {
         let mut s = Schedule::new();
         loop {
-            match self.wait_for_attempt(&mut s, stop).await {
+            let named = match self.wait_for_attempt(&mut s, stop).await {
                 Wake::Stop => return,
                 Wake::Again => continue,
-                Wake::Timer if !s.watching => {}
+                Wake::Timer if !s.watching => false,
                 Wake::Timer | Wake::Standing => {
                     if self.watch_round(&mut s).await {
                         continue;
                     }
+                    false
                 }
-                Wake::Notice => {
-                    if self.after_notice(&mut s, stop).await.is_break() {
-                        return;
-                    }
-                }
-            }
-            if self.attempt(&mut s, stop).await.is_break() {
+                Wake::Notice => match self.after_notice(&mut s, stop).await {
+                    ControlFlow::Break(()) => return,
+                    ControlFlow::Continue(named) => named,
+                },
+            };
+            if self.attempt(&mut s, stop, named).await.is_break() {
                 return;
             }
         }
@@ -138,11 +145,13 @@ impl Elector {
 
     /// The holder released: it is no longer the leader. Wait for the moment to attempt: at
     /// once if named, after the grace if someone else is, after a little jitter otherwise.
+    /// Continues with whether this sidecar is the named successor (its attempt may then count
+    /// nodes on the release proof, [`crate::redlock::proof`]).
     async fn after_notice(
         &mut self,
         s: &mut Schedule,
         stop: &CancellationToken,
-    ) -> ControlFlow<()> {
+    ) -> ControlFlow<(), bool> {
         let cur = self.tx.borrow().leader.clone();
         if cur.is_some() && cur.as_deref() != Some(&self.identity) {
             self.publish(None, None);
@@ -166,6 +175,7 @@ impl Elector {
                     copies = self.notices.copies(),
                     "named successor by the release notice; attempting"
                 );
+                return ControlFlow::Continue(true);
             }
             // Someone else is named: let it win first; if it is gone, this costs the grace at
             // most.
@@ -177,19 +187,26 @@ impl Elector {
             }
             None => tokio::time::sleep(jitter(NOTICE_JITTER)).await,
         }
-        ControlFlow::Continue(())
+        ControlFlow::Continue(false)
     }
 
     /// One attempt (with the candidate records read beside it), then the next one scheduled;
-    /// breaks when a term ended in shutdown.
-    async fn attempt(&mut self, s: &mut Schedule, stop: &CancellationToken) -> ControlFlow<()> {
+    /// breaks when a term ended in shutdown. `named`: right after a notice naming this sidecar.
+    async fn attempt(
+        &mut self,
+        s: &mut Schedule,
+        stop: &CancellationToken,
+        named: bool,
+    ) -> ControlFlow<()> {
         let attempted_at = Instant::now();
         let redlock = self.redlock.clone();
         let (outcome, read) = tokio::join!(
-            redlock.acquire(&self.identity),
+            redlock.acquire(&self.identity, named),
             self.read_candidates(Seat::Following)
         );
+        let record_ready = read.ready;
         self.apply_candidates(read, Seat::Following);
+        self.say_why();
         let retry = self.jittered_retry();
         s.watching = false;
         match outcome {
@@ -216,17 +233,33 @@ impl Elector {
                 s.next_attempt = Instant::now() + retry;
             }
         }
+        self.recheck_ready(s, record_ready);
         ControlFlow::Continue(())
+    }
+
+    /// A fresh sidecar whose record could not say ready (its connections were still being
+    /// verified) writes it again within [`READY_RECHECK`] (by a watch, when someone holds the
+    /// lease), during its first ttl.
+    fn recheck_ready(&self, s: &mut Schedule, record_ready: bool) {
+        let now = Instant::now();
+        let pod_ready = self.standing.borrow().ready && self.rank().is_some();
+        if !record_ready && pod_ready && now.saturating_duration_since(s.started) < self.timing.ttl
+        {
+            s.next_attempt = s.next_attempt.min(now + READY_RECHECK);
+        }
     }
 
     /// One watch round; true while someone else holds the lease (it is shown, and the next
     /// wake planned), false when an attempt may win now.
     async fn watch_round(&mut self, s: &mut Schedule) -> bool {
         let (held, read) = self.watch_lease().await;
+        let record_ready = read.ready;
         self.apply_candidates(read, Seat::Following);
+        self.say_why();
         match held {
             Some(obs) => {
                 self.after_contended(s, obs);
+                self.recheck_ready(s, record_ready);
                 true
             }
             None => false,
@@ -284,6 +317,33 @@ impl Elector {
         let now = Instant::now();
         if let Some(at) = self.quorum_counts_soon(now) {
             s.next_attempt = at.min(now + retry);
+        }
+    }
+
+    /// Say once, at info, when a quorum of nodes does not count this sidecar's votes (and why,
+    /// and when it will), and once when it does again: otherwise a fresh fleet that cannot
+    /// elect yet is silent.
+    fn say_why(&mut self) {
+        let now = Instant::now();
+        let wait = self.redlock.quorum_wait(now);
+        if self.said_wait == Some(wait.reason)
+            || (self.said_wait.is_none() && wait.reason.is_none())
+        {
+            return;
+        }
+        self.said_wait = Some(wait.reason);
+        match wait.reason {
+            None => tracing::info!(
+                "a quorum of redis nodes counts this sidecar's votes; it can win the lease"
+            ),
+            Some(reason) => tracing::info!(
+                reason = reason.as_str(),
+                counts_in_ms = wait
+                    .at
+                    .map(|at| at.saturating_duration_since(now).as_millis() as u64),
+                successor_ready = self.redlock.eligible_as_successor(now),
+                "a quorum of redis nodes does not count this sidecar's votes yet, so it cannot win the lease by itself; a graceful handover that names it does not wait for the clock watch"
+            ),
         }
     }
 

@@ -196,6 +196,7 @@ impl Elector {
         let successor = successor.as_deref().map(|identity| Successor {
             identity,
             grace: self.preference.grace,
+            valid_until: lease.deadline,
         });
         self.redlock
             .release(

@@ -116,6 +116,9 @@ pub struct Elector {
     metrics: Metrics,
     /// Why the last term ended; read by publishers that report reasons.
     reason_tx: watch::Sender<Option<StepDownReason>>,
+    /// What the log last said about whether a quorum counts this sidecar's votes (`None`:
+    /// nothing yet; `Some(None)`: it counts).
+    said_wait: Option<Option<crate::redlock::node::Wait>>,
 }
 
 /// Handles the rest of the process needs.
@@ -161,6 +164,7 @@ impl Elector {
             standing,
             candidacy: candidacy_tx,
             last_candidates: Vec::new(),
+            said_wait: None,
             health: health.clone(),
             metrics,
             reason_tx,

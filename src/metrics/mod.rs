@@ -51,6 +51,9 @@ pub struct Metrics {
     quorum: IntGauge,
     /// Endpoints that are connected and not quarantined, evaluated at scrape time.
     redis_endpoints_usable: IntGauge,
+    /// Seconds until a quorum of nodes counts this sidecar's votes (0: it does; +Inf: waiting
+    /// alone will not do it), evaluated at scrape time.
+    quorum_wait: Gauge,
     /// `{lease, identity}` = 1: joins identity and lease onto per-endpoint series. Set by the
     /// ops server, which knows the identity.
     lease_info: IntGaugeVec,
@@ -104,6 +107,7 @@ impl Metrics {
             leader_known: b.int_gauge("redlock_elector_leader_known", "1 while this sidecar knows a current holder of the lease (itself or the holder it last observed)")?,
             quorum: b.int_gauge("redlock_elector_quorum", "Redis endpoints needed for a quorum (N/2+1)")?,
             redis_endpoints_usable: b.int_gauge("redlock_elector_redis_endpoints_usable", "Redis endpoints that are connected and not quarantined (a quorum needs redlock_elector_quorum)")?,
+            quorum_wait: b.gauge("redlock_elector_quorum_wait_seconds", "Seconds until a quorum of Redis nodes counts this sidecar's votes (its clock watch, a restart or jump quarantine); 0 when it does, +Inf when waiting alone will not (nodes unreachable, replicas). A graceful handover does not wait for the clock watch")?,
             lease_info: b.gauge_vec(Lease, "redlock_elector_lease_info", "Lease and identity of this sidecar; always 1 (join on job, instance to add lease to per-endpoint series)", &["identity"])?,
             redis_up: b.gauge_vec(Process, "redlock_elector_redis_up", "1 while a verified connection to the endpoint is up", &["endpoint"])?,
             redis_quarantined: b.gauge_vec(Process, "redlock_elector_redis_quarantined", "1 while the endpoint does not count toward a quorum (recent restart, clock jump, replica, evicting maxmemory-policy)", &["endpoint"])?,
@@ -187,6 +191,12 @@ impl Metrics {
     /// Joins `identity` onto the per-endpoint series (`lease_info`).
     pub fn set_identity(&self, identity: &str) {
         self.lease_info.with_label_values(&[identity]).set(1);
+    }
+
+    /// Seconds until a quorum counts this sidecar's votes; `None`: not by waiting.
+    pub fn set_quorum_wait(&self, wait: Option<Duration>) {
+        self.quorum_wait
+            .set(wait.map_or(f64::INFINITY, |d| d.as_secs_f64()));
     }
 
     /// Votes needed, and endpoints that could give one now.

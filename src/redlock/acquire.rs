@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::Redlock;
 use super::lease::{Acquire, Lease, Observed, identity_of, new_value};
 use super::math::{self, Tally};
-use super::node::CommandError;
+use super::node::{CommandError, Node};
 use super::release::Notice;
 use super::scripts::scripts;
 
@@ -23,6 +23,8 @@ enum Vote {
     Yes {
         /// The node's epoch before it stored the proposal.
         epoch: u64,
+        /// The grant consumed a release proof for this identity ([`super::proof`]).
+        proved: bool,
     },
     /// Denied, naming the holder.
     No(Denial),
@@ -41,6 +43,39 @@ struct Denial {
     epoch: u64,
 }
 
+/// What an attempt asks of one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Take the key: the node counts on its own.
+    Take,
+    /// Take the key only on a release proof for this identity (a named successor that has not
+    /// watched the node's clock long enough).
+    Proof,
+    /// Take nothing; report who holds the key.
+    Probe,
+}
+
+impl Mode {
+    fn of(counts: bool, provable: bool) -> Mode {
+        match (counts, provable) {
+            (true, _) => Mode::Take,
+            (false, true) => Mode::Proof,
+            (false, false) => Mode::Probe,
+        }
+    }
+
+    /// The script's `mode` argument. Under the test-only `releaseProofCheckOff` a node asked
+    /// on a proof is asked to take the key outright.
+    fn arg(self, node: &Node) -> &'static str {
+        match self {
+            Mode::Take => "take",
+            Mode::Proof if !node.proof_check() => "take",
+            Mode::Proof => "proof",
+            Mode::Probe => "probe",
+        }
+    }
+}
+
 /// What the replies of one acquire round say, beyond the tally: how many nodes answered, the
 /// highest epoch they reported, and who holds the key where we were denied.
 #[derive(Default)]
@@ -57,7 +92,7 @@ impl Replies {
     /// Record a reply; true iff the node granted.
     fn record(&mut self, vote: Vote) -> bool {
         match vote {
-            Vote::Yes { epoch } => {
+            Vote::Yes { epoch, .. } => {
                 self.answered += 1;
                 self.max_epoch = self.max_epoch.max(epoch);
                 true
@@ -83,16 +118,18 @@ struct Holders {
 }
 
 impl Redlock {
-    /// Try to acquire the lease once.
-    pub async fn acquire(&self, identity: &str) -> Acquire {
+    /// Try to acquire the lease once. `named`: a release notice named this sidecar as the
+    /// successor, so nodes whose clock it has not watched long enough may still count, each
+    /// only if its grant consumes the previous holder's release proof ([`super::proof`]).
+    pub async fn acquire(&self, identity: &str, named: bool) -> Acquire {
         let started = Instant::now();
-        let outcome = self.acquire_inner(identity).await;
+        let outcome = self.acquire_inner(identity, named).await;
         self.metrics
             .acquire_finished(outcome.result(), started.elapsed());
         outcome
     }
 
-    async fn acquire_inner(&self, identity: &str) -> Acquire {
+    async fn acquire_inner(&self, identity: &str, named: bool) -> Acquire {
         let value = new_value(identity);
         let ttl_ms = self.ttl.as_millis().to_string();
         // Optimistic fencing token: one above every epoch this process has seen. Each granting
@@ -107,34 +144,59 @@ impl Redlock {
         // before it answers. When fewer than a quorum can count, the attempt cannot win, so no
         // node gets a proposal: nodes leaving quarantine one by one must not inflate the epoch.
         // Nor does it take any key (a probe): it would only split the vote of contenders that
-        // can win.
-        let eligible: Vec<bool> = self.nodes.iter().map(|n| n.counts(t1)).collect();
-        let can_win = eligible.iter().filter(|&&e| e).count() >= self.quorum();
-        let mode = if can_win { "take" } else { "probe" };
+        // can win. A named successor may also win on nodes that would count with a release
+        // proof: those are asked to take the key only if the proof is there.
+        let modes: Vec<Mode> = self
+            .nodes
+            .iter()
+            .map(|n| Mode::of(n.counts(t1), named && n.counts_with_proof(t1)))
+            .collect();
+        let can_win = modes.iter().filter(|m| **m != Mode::Probe).count() >= self.quorum();
+        let n_nodes = self.nodes.len();
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .zip(eligible)
-            .map(|(n, eligible)| {
-                let proposed = if eligible && can_win {
-                    proposed_arg.as_str()
-                } else {
+            .zip(modes)
+            .enumerate()
+            .map(|(i, (n, mode))| {
+                let mode = if can_win { mode } else { Mode::Probe };
+                let proposed = if mode == Mode::Probe {
                     "0"
+                } else {
+                    proposed_arg.as_str()
                 };
+                let seq = self.log_sent(&value, i, n_nodes);
                 let (value, ttl_ms) = (&value, ttl_ms.as_str());
                 async move {
                     let keys =
                         [&self.key, &self.epoch_key, &self.reservation_key].map(String::as_str);
-                    let args = [value.as_str(), ttl_ms, proposed, mode, identity];
-                    let r = n.eval(acquire, &keys, &args).await;
-                    (n, eligible, parse_acquire(r))
+                    let args = [value.as_str(), ttl_ms, proposed, mode.arg(n), identity];
+                    let r = n.eval_read(acquire, &keys, &args).await;
+                    (i, n, mode, seq, r)
                 }
             })
             .collect();
         let mut tally = Tally::new(self.nodes.len());
         let mut replies = Replies::default();
-        while let Some((node, eligible, vote)) = pending.next().await {
-            if replies.record(vote) && eligible && node.counts(Instant::now()) {
+        while let Some((i, node, mode, seq, r)) = pending.next().await {
+            let (vote, reading) = match r {
+                Ok(reply) => (
+                    parse_acquire(Ok(reply.items)),
+                    Some((reply.run_id, reply.received)),
+                ),
+                Err(e) => {
+                    self.log_failed(&value, i);
+                    (parse_acquire(Err(e)), None)
+                }
+            };
+            let proved = matches!(vote, Vote::Yes { proved: true, .. });
+            let answered = reading.is_some();
+            let granted = replies.record(vote);
+            let counted = granted && self.counts_vote(node, mode, proved, reading);
+            if answered {
+                self.log_answered(&value, i, seq, counted);
+            }
+            if counted {
                 tally.yes += 1;
             } else {
                 tally.not_yes += 1;
@@ -155,9 +217,35 @@ impl Redlock {
         // even have been sent yet (a future is sent when first polled, and the decision can
         // come before every future was), and a release that overtook its acquire on the
         // connection would leave this attempt's key on that node for a whole ttl.
-        let stragglers: Vec<Vote> = pending.map(|(_, _, vote)| vote).collect().await;
+        let stragglers: Vec<Vote> = pending
+            .map(|(_, _, _, _, r)| parse_acquire(r.map(|reply| reply.items)))
+            .collect()
+            .await;
         self.release(&value, Notice::Silent).await;
         self.lost(replies, stragglers, tally.quorum)
+    }
+
+    /// Whether a granted vote counts: a node that counts on its own (its clock watched long
+    /// enough) counts as ever; one asked to take the key on a release proof counts if the
+    /// grant consumed the proof and the node takes it at that reading. Under the test-only
+    /// `releaseProofCheckOff`, a named successor counts such a grant without the proof.
+    fn counts_vote(
+        &self,
+        node: &Node,
+        mode: Mode,
+        proved: bool,
+        reading: Option<(std::sync::Arc<str>, Instant)>,
+    ) -> bool {
+        match mode {
+            Mode::Take => node.counts(Instant::now()),
+            Mode::Proof if !node.proof_check() => node.counts_with_proof(Instant::now()),
+            Mode::Proof => {
+                proved
+                    && reading.is_some_and(|(run_id, at)| node.prove(&run_id, at))
+                    && node.counts(Instant::now())
+            }
+            Mode::Probe => false,
+        }
     }
 
     /// A quorum granted in time: fix the term's token and make sure a quorum holds it.
@@ -213,8 +301,9 @@ fn parse_acquire(r: Result<Vec<Value>, CommandError>) -> Vote {
         return Vote::Unknown;
     };
     match items.as_slice() {
-        [Value::Int(1), Value::Int(epoch)] => Vote::Yes {
+        [Value::Int(1), Value::Int(epoch), rest @ ..] => Vote::Yes {
             epoch: (*epoch).max(0) as u64,
+            proved: matches!(rest, [Value::Int(1), ..]),
         },
         [Value::Int(0), holder, Value::Int(pttl), rest @ ..] => {
             let holder = match holder {
@@ -277,7 +366,15 @@ mod tests {
         );
         assert!(matches!(deny(vec![]), Vote::No(Denial { epoch: 0, .. })));
         let yes = parse_acquire(Ok(vec![Value::Int(1), Value::Int(3)]));
-        assert!(matches!(yes, Vote::Yes { epoch: 3 }));
+        assert!(matches!(
+            yes,
+            Vote::Yes {
+                epoch: 3,
+                proved: false
+            }
+        ));
+        let proved = parse_acquire(Ok(vec![Value::Int(1), Value::Int(3), Value::Int(1)]));
+        assert!(matches!(proved, Vote::Yes { proved: true, .. }));
     }
 
     #[test]

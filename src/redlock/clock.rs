@@ -70,6 +70,10 @@ pub struct Policy {
     /// window is compared like any other ([`Seen::Resumed`] never happens). Always true in the
     /// binary.
     pub rewatch_after_gap: bool,
+    /// Test-only switch: when false, a named successor counts a grant as proved without the
+    /// node confirming the previous holder's release proof ([`Watch::prove`]). Always true in
+    /// the binary except under `--unsafe-disable-release-proof-check`.
+    pub proof_check: bool,
 }
 
 /// Fixed tolerance added to every allowance: 1 ms (the resolution Redis keys expire at).
@@ -86,6 +90,7 @@ impl Policy {
             window_us: (ttl + margin).as_micros() as i64,
             enabled,
             rewatch_after_gap: true,
+            proof_check: true,
         }
     }
 }
@@ -173,6 +178,11 @@ pub struct Watch {
     since_us: Option<i64>,
     /// End of the quarantine after the latest jump, local µs.
     quarantined_until_us: Option<i64>,
+    /// Local µs of a reading whose reply proved that no live holder was left on the node (a
+    /// grant that consumed the previous holder's release proof, [`Watch::prove`]): from then on
+    /// the current watch counts without waiting for the window. Cleared whenever the watch
+    /// begins again (new server, long gap).
+    proved_us: Option<i64>,
 }
 
 impl Watch {
@@ -187,6 +197,7 @@ impl Watch {
         let Some(prev) = prev else {
             self.run_id = Some(run_id.to_string());
             self.since_us = Some(r.received_us);
+            self.proved_us = None;
             return Seen::First;
         };
         if !p.enabled {
@@ -198,6 +209,7 @@ impl Watch {
         let resumed = p.rewatch_after_gap && gap_us > p.window_us;
         if resumed {
             self.since_us = Some(r.received_us);
+            self.proved_us = None;
         }
         match check(&prev, &r, p) {
             None if resumed => Seen::Resumed { gap_us },
@@ -214,13 +226,45 @@ impl Watch {
     }
 
     /// From when (local µs) a vote of this node counts as far as its clock goes: once watched
-    /// for the window and out of any jump quarantine. `None` before the first reading.
+    /// for the window (or since a release proof, [`Watch::prove`]) and out of any jump
+    /// quarantine. `None` before the first reading.
     pub fn counts_from(&self, p: &Policy) -> Option<i64> {
         if !p.enabled {
             return Some(i64::MIN);
         }
-        let watched = self.since_us? + p.window_us;
+        let mut watched = self.since_us? + p.window_us;
+        if let Some(proved) = self.proved_us {
+            watched = watched.min(proved);
+        }
         Some(watched.max(self.quarantined_until_us.unwrap_or(i64::MIN)))
+    }
+
+    /// From when a vote of this node would count if it came with a release proof: the watch
+    /// has begun and no jump quarantine runs; the window is not waited for. `None` before the
+    /// first reading.
+    pub fn counts_with_proof_from(&self, p: &Policy) -> Option<i64> {
+        if !p.enabled {
+            return Some(i64::MIN);
+        }
+        let since = self.since_us?;
+        Some(since.max(self.quarantined_until_us.unwrap_or(i64::MIN)))
+    }
+
+    /// The node proved, in the reply read at local `received_us`, that no live holder was left
+    /// on it: this sidecar's grant consumed the previous holder's release proof (the reservation
+    /// a holder that still counted the node wrote in the same atomic step as deleting its own
+    /// key, [`super::scripts::RELEASE`]). A jump before that moment cannot matter (nobody held
+    /// the key), and every later one is seen by this watch, so the node counts from then on,
+    /// until the watch begins again. Returns whether the proof was taken: not when the reading
+    /// is of another server than the watch's, nor while a jump quarantine runs.
+    pub fn prove(&mut self, run_id: &str, received_us: i64) -> bool {
+        let same = self.run_id.as_deref() == Some(run_id)
+            && self.last.is_some_and(|l| l.received_us == received_us);
+        if !same || self.quarantined_at(received_us) {
+            return false;
+        }
+        self.proved_us = Some(self.proved_us.map_or(received_us, |p| p.min(received_us)));
+        true
     }
 
     /// Whether a vote of this node counts at local `now_us`, as far as its clock goes.

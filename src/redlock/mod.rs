@@ -20,6 +20,7 @@ pub mod lease;
 pub mod math;
 pub mod node;
 pub mod notices;
+pub mod proof;
 mod records;
 mod release;
 mod renew;
@@ -41,6 +42,15 @@ pub use notices::Notices;
 pub use records::OwnRecord;
 pub use release::{Notice, Successor};
 pub use watch::Watched;
+
+/// Whether a quorum counts this sidecar's votes; if not, why and from when.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuorumWait {
+    /// Why not (the reason of the node that decides); `None` when a quorum counts.
+    pub reason: Option<node::Wait>,
+    /// When a quorum will count if nothing changes meanwhile; `None` if not by waiting.
+    pub at: Option<Instant>,
+}
 
 /// The lock protocol over all nodes.
 pub struct Redlock {
@@ -70,6 +80,9 @@ pub struct Redlock {
     epoch_seen: AtomicU64,
     /// Releases whose last commands still run in the background (see [`Redlock::release`]).
     releasing: tokio_util::task::TaskTracker,
+    /// The lock commands of the current term (or attempt) per node, for the release proof
+    /// ([`proof`]).
+    term_log: std::sync::Mutex<proof::TermLog>,
     /// The holder value the last watch saw on a quorum ([`Redlock::watch`]): the watch reads
     /// the epoch only when the holder changed.
     watched_holder: std::sync::Mutex<String>,
@@ -88,11 +101,14 @@ impl Redlock {
                     true => node::Quarantine::Ignored,
                     false => node::Quarantine::Enforced,
                 },
-                clock::Policy::new(
-                    config.lease.ttl,
-                    config.lease.drift_factor,
-                    !config.unsafe_switches.clock_check_off,
-                ),
+                clock::Policy {
+                    proof_check: !config.unsafe_switches.release_proof_check_off,
+                    ..clock::Policy::new(
+                        config.lease.ttl,
+                        config.lease.drift_factor,
+                        !config.unsafe_switches.clock_check_off,
+                    )
+                },
                 metrics.clone(),
             )?);
         }
@@ -109,6 +125,7 @@ impl Redlock {
             metrics,
             epoch_seen: AtomicU64::new(0),
             releasing: tokio_util::task::TaskTracker::new(),
+            term_log: std::sync::Mutex::new(proof::TermLog::default()),
             watched_holder: std::sync::Mutex::new(String::new()),
         })
     }
@@ -128,6 +145,36 @@ impl Redlock {
         &self.key
     }
 
+    /// The term log; a poisoned lock only means a panic elsewhere mid-update of plain data.
+    fn term_log(&self) -> std::sync::MutexGuard<'_, proof::TermLog> {
+        self.term_log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A lock command carrying `value` goes to node `i` of `n`.
+    fn log_sent(&self, value: &str, i: usize, n: usize) -> u64 {
+        self.term_log().sent(value, i, n)
+    }
+
+    /// Its reply arrived; `counted`: the yes counted toward a quorum.
+    fn log_answered(&self, value: &str, i: usize, seq: u64, counted: bool) {
+        self.term_log().answered(value, i, seq, counted)
+    }
+
+    /// It failed or timed out.
+    fn log_failed(&self, value: &str, i: usize) {
+        self.term_log().failed(value, i)
+    }
+
+    /// Whether a named successor could win now: a quorum of nodes counts, or would count with
+    /// the release proof of a graceful handover.
+    pub fn eligible_as_successor(&self, now: Instant) -> bool {
+        self.nodes
+            .iter()
+            .filter(|n| n.counts(now) || n.counts_with_proof(now))
+            .count()
+            >= self.quorum()
+    }
+
     /// Votes needed for a quorum: ⌊N/2⌋ + 1 of all configured nodes.
     pub fn quorum(&self) -> usize {
         math::quorum(self.nodes.len())
@@ -139,6 +186,40 @@ impl Redlock {
             .iter()
             .map(|n| (n.name().to_string(), n.counts(now)))
             .collect()
+    }
+
+    /// Whether a quorum counts this sidecar's votes at `now`, and if not, why and when it will:
+    /// for the log line, `/leader` and the `quorum_wait_seconds` gauge.
+    pub fn quorum_wait(&self, now: Instant) -> QuorumWait {
+        let waits: Vec<_> = self.nodes.iter().map(|n| n.wait(now)).collect();
+        let counting = waits.iter().filter(|w| w.is_none()).count();
+        if counting >= self.quorum() {
+            return QuorumWait::default();
+        }
+        let at = math::quorum_at(
+            waits.iter().map(|w| match w {
+                None => Some(now),
+                Some((_, at)) => *at,
+            }),
+            self.quorum(),
+        );
+        // The reason is that of the node whose wait decides (the quorum-th to count), else the
+        // most common one among the nodes that do not count.
+        let deciding = waits
+            .iter()
+            .flatten()
+            .find(|(_, from)| from.is_some() && *from == at)
+            .map(|(w, _)| *w);
+        let mut reasons: Vec<node::Wait> = waits.iter().flatten().map(|(w, _)| *w).collect();
+        reasons.sort();
+        let common = reasons
+            .chunk_by(|a, b| a == b)
+            .max_by_key(|c| c.len())
+            .map(|c| c[0]);
+        QuorumWait {
+            reason: deciding.or(common),
+            at,
+        }
     }
 
     /// Whether a quorum of nodes counts this sidecar's votes at `now`.

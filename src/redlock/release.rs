@@ -8,8 +8,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
+use tokio::time::Instant;
+
 use super::Redlock;
 use super::candidates;
+use super::proof;
 use super::scripts::scripts;
 
 /// Whom a release tells that the key is free.
@@ -31,6 +34,9 @@ pub struct Successor<'a> {
     pub identity: &'a str,
     /// The reservation's lifetime on each node: the grace the other followers wait.
     pub grace: Duration,
+    /// The releasing lease's deadline: the release carries the proof that no live holder is
+    /// left ([`super::proof`]) only while it is still ahead.
+    pub valid_until: Instant,
 }
 
 impl Redlock {
@@ -47,17 +53,20 @@ impl Redlock {
         let release = &scripts().release;
         // Owned once for all nodes: the futures may outlive this call (see below).
         let args = Arc::new(self.release_args(value, notice));
+        let proofs = self.proofs(value, notice);
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|n| {
+            .zip(proofs)
+            .map(|(n, proof)| {
                 let (node, args) = (n.clone(), args.clone());
                 async move {
                     let [key, reservation, value, channel, payload, named, grace] = &*args;
+                    let proof = if proof { "1" } else { "0" };
                     node.eval(
                         release,
                         &[key, reservation],
-                        &[value, channel, payload, named, grace],
+                        &[value, channel, payload, named, grace, proof],
                     )
                     .await
                     .is_ok()
@@ -99,6 +108,22 @@ impl Redlock {
             named.unwrap_or("").to_string(),
             grace_ms.to_string(),
         ]
+    }
+
+    /// Per node, whether this release may carry the proof that no live holder is left
+    /// ([`proof::may_prove`]): only a release naming a successor, of a lease still valid.
+    fn proofs(&self, value: &str, notice: Notice<'_>) -> Vec<bool> {
+        let Notice::Successor(s) = notice else {
+            return vec![false; self.nodes.len()];
+        };
+        let now = Instant::now();
+        let valid = now < s.valid_until;
+        let log = self.term_log();
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| proof::may_prove(&log, value, i, valid, n.counts(now)))
+            .collect()
     }
 
     /// Resolves once no release is still running on any node (see [`Redlock::release`]).

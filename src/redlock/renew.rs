@@ -21,20 +21,34 @@ impl Redlock {
         let keys = [self.key.as_str(), self.epoch_key.as_str()];
         let args = [lease.value.as_str(), &ttl_ms, &token];
         let t1 = Instant::now();
+        let n_nodes = self.nodes.len();
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|n| async move { (n, n.eval(renew, &keys, &args).await) })
+            .enumerate()
+            .map(|(i, n)| {
+                let seq = self.log_sent(&lease.value, i, n_nodes);
+                async move { (i, n, seq, n.eval(renew, &keys, &args).await) }
+            })
             .collect();
         let mut tally = Tally::new(self.nodes.len());
-        while let Some((node, r)) = pending.next().await {
-            match r.as_deref() {
-                Ok([Value::Int(1 | 2)]) if node.counts(Instant::now()) => tally.yes += 1,
+        while let Some((i, node, seq, r)) = pending.next().await {
+            let counted = match r.as_deref() {
+                Ok([Value::Int(1 | 2)]) if node.counts(Instant::now()) => true,
                 Ok([Value::Int(0)]) => {
                     tracing::warn!(endpoint = %node.name(), "renewal denied: the key belongs to someone else on this node");
-                    tally.not_yes += 1;
+                    false
                 }
-                _ => tally.not_yes += 1,
+                _ => false,
+            };
+            match r {
+                Ok(_) => self.log_answered(&lease.value, i, seq, counted),
+                Err(_) => self.log_failed(&lease.value, i),
+            }
+            if counted {
+                tally.yes += 1;
+            } else {
+                tally.not_yes += 1;
             }
             if tally.decided().is_some() {
                 break;

@@ -33,9 +33,10 @@ macro_rules! now_us {
 }
 
 /// Acquire: `SET lock value NX PX ttl`. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
-/// proposed token, mode (`take` | `probe`), identity.
+/// proposed token, mode (`take` | `probe` | `proof`), identity.
 /// Granted → the proposed token is written set-if-greater in the same atomic step, and
-/// `{now, 1, epoch}` returns the node's fencing epoch *before* that write (0 if none). When no
+/// `{now, 1, epoch, proved}` returns the node's fencing epoch *before* that write (0 if none)
+/// and whether the grant consumed a release proof for this identity (1) or not (0). When no
 /// granting node had an epoch at or above the proposal, the proposal is the term's token and is
 /// already on a quorum: acquisition takes one round, not two. A reservation (see [`RELEASE`])
 /// is consumed by the grant.
@@ -44,22 +45,39 @@ macro_rules! now_us {
 /// Reserved for another identity (a graceful release named it, less than a grace ago) → denied
 /// like a free key, with the reservation's remaining lifetime: `{now, 0, '', pttl_ms, epoch}`.
 /// `probe` never takes the key (an attempt that cannot win: fewer than a quorum of nodes count
-/// yet); it answers like a denial, with an empty holder when the key is free.
+/// yet); it answers like a denial, with an empty holder when the key is free. `proof` takes the
+/// key only if a release proof for this identity is there (a fresh named successor on a node
+/// whose clock it has not watched long enough: only the proof can make that vote count), and
+/// otherwise answers like `probe`.
+/// A reservation is `<identity>` (the successor's grace only) or `<identity> proof` (also the
+/// proof: the releaser still held a valid lease that counted this node; identities have no
+/// spaces). Releases before the proof existed write the first form only.
 pub const ACQUIRE: &str = concat!(
     now_us!(),
     r#"local e = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local reserved = redis.call('GET', KEYS[3])
-if reserved and reserved ~= ARGV[5] then
-  return {now, 0, '', redis.call('PTTL', KEYS[3]), e}
+local proved = 0
+if reserved then
+  local name, mark = string.match(reserved, '^(%S+) (%S+)$')
+  if not name then
+    name = reserved
+  end
+  if name ~= ARGV[5] then
+    return {now, 0, '', redis.call('PTTL', KEYS[3]), e}
+  end
+  if mark == 'proof' then
+    proved = 1
+  end
 end
-if ARGV[4] ~= 'probe' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local take = ARGV[4] == 'take' or (ARGV[4] == 'proof' and proved == 1)
+if take and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if reserved then
     redis.call('DEL', KEYS[3])
   end
   if tonumber(ARGV[3]) > e then
     redis.call('SET', KEYS[2], ARGV[3])
   end
-  return {now, 1, e}
+  return {now, 1, e, proved}
 end
 return {now, 0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), e}
 "#
@@ -92,18 +110,27 @@ return {now, r}
 
 /// Token-checked release. KEYS: lock, reservation. ARGV: value, channel ('' = do not publish),
 /// notice payload (the value and the named successor, [`super::candidates::notice_payload`]),
-/// successor identity ('' = none), grace ms.
+/// successor identity ('' = none), grace ms, proof (`1`: the releaser's lease is still valid,
+/// this node counts for it and every lock command it sent here was answered; see
+/// [`super::release`]).
 /// Deletes only our own value (`{now, 1}`, else `{now, 0}`). With a successor, the key is
 /// reserved for it for the grace in the same atomic step: an attempt by anyone else that reaches
 /// this node after the release and before the successor's is denied, so the successor wins even
-/// against a follower whose scheduled retry happened to fire at that moment. Publishes the
+/// against a follower whose scheduled retry happened to fire at that moment. With the proof,
+/// the reservation also says that no live holder is left on this node (`<successor> proof`):
+/// the releaser's own value was here, and the releaser was the only valid holder, so a fresh
+/// successor may count this node's grant without watching its clock first. Publishes the
 /// release notice so followers retry at once (the named successor first).
 pub const RELEASE: &str = concat!(
     now_us!(),
     r#"if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[4] ~= '' then
-    redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
+    local r = ARGV[4]
+    if ARGV[6] == '1' then
+      r = r .. ' proof'
+    end
+    redis.call('SET', KEYS[2], r, 'PX', ARGV[5])
   end
   if ARGV[2] ~= '' then
     redis.call('PUBLISH', ARGV[2], ARGV[3])

@@ -208,7 +208,13 @@ mod tests {
         );
         assert_eq!(records.now_us, 5);
         assert_eq!(records.entries, vec![("c".into(), "9|0|0|0|0|".into())]);
-        let (free, _) = parse_watch(vec![Value::Int(-2), bulk(""), Value::Int(-1), Value::Int(5)]).expect("free");
+        let (free, _) = parse_watch(vec![
+            Value::Int(-2),
+            bulk(""),
+            Value::Int(-1),
+            Value::Int(5),
+        ])
+        .expect("free");
         assert_eq!(free, key("", -2));
         assert_eq!(parse_watch(vec![Value::Int(1)]), None);
     }

@@ -10,6 +10,7 @@ use redlock_elector::leadership::{Leadership, Term};
 use redlock_elector::redlock::clock::{Policy, Reading, Watch};
 use redlock_elector::redlock::math::{self, Tally};
 use redlock_elector::redlock::node::{self, Exclusion};
+use redlock_elector::redlock::proof::{self, TermLog};
 use stateright::{Model, Property};
 use tokio::time::Instant;
 
@@ -76,6 +77,10 @@ pub struct Defences {
     /// every third of the window), so with it on the model's nodes would stop counting between
     /// rounds. Off only lets more votes count, so S1 holding with it off is the stronger result.
     pub rewatch: bool,
+    /// A named successor counts a node it has not watched long enough only if its grant
+    /// consumed the releaser's proof (`Policy.proof_check`); off: it counts every grant of its
+    /// attempt after the notice.
+    pub release_proof: bool,
 }
 
 impl Defences {
@@ -86,6 +91,7 @@ impl Defences {
         answer_time: true,
         drift_term: true,
         rewatch: false,
+        release_proof: true,
     };
 }
 
@@ -130,6 +136,12 @@ pub struct System {
     pub a_first_until: u8,
     /// At most this many acquire and renew rounds per sidecar (the bound on its activity).
     pub max_rounds: u8,
+    /// Sidecars that start fresh: they have watched no node's clock before time 0 (a rolling
+    /// restart), so only a release proof lets them count a node within the horizon.
+    pub fresh: Vec<bool>,
+    /// Whether a leader may hand over gracefully: release naming the other sidecar, with the
+    /// release proof on the nodes where `proof::may_prove` allows it (`Elector::step_down`).
+    pub handovers: bool,
 }
 
 /// The value a sidecar stores in the key: (sidecar, nonce), the nonce new for every round.
@@ -150,6 +162,9 @@ pub struct Redis {
     pub started_us: i64,
     /// How far this node's wall clock is from `WALL0 + real time` (jumps), µs.
     pub offset_us: i64,
+    /// The reservation a graceful release wrote: (successor, with the proof, expiry on this
+    /// node's wall clock µs).
+    pub reserved: Option<(u8, bool, i64)>,
 }
 
 /// A command on the wire, as the scripts in `src/redlock/scripts.rs` receive it.
@@ -161,18 +176,24 @@ pub enum Req {
         value: Val,
         proposed: u64,
         probe: bool,
+        /// `proof` mode: take the key only on a release proof for this sidecar.
+        on_proof: bool,
     },
     /// RENEW: PEXPIRE ours, or heal a lost key with SET NX; set-if-greater epoch on 1 or 2.
     Renew { round: u16, value: Val, token: u64 },
-    /// RELEASE: token-checked delete (its reply is not modelled).
-    Release { value: Val },
+    /// RELEASE: token-checked delete (its reply is not modelled); a graceful one reserves the
+    /// key for the successor, with the proof if the releaser marked this node.
+    Release {
+        value: Val,
+        successor: Option<(u8, bool)>,
+    },
 }
 
 /// What a script answered (the node's `TIME` travels with it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Answer {
-    /// ACQUIRE granted; the epoch before the write.
-    Granted { epoch: u64 },
+    /// ACQUIRE granted; the epoch before the write, and whether it consumed a proof.
+    Granted { epoch: u64, proved: bool },
     /// ACQUIRE denied (or probed); the node's epoch.
     Denied { epoch: u64 },
     /// RENEW: 1 renewed, 2 healed, 0 someone else's.
@@ -239,6 +260,8 @@ pub enum RoundKind {
         proposed: u64,
         /// `Node::counts(t1)` per node.
         eligible: Vec<bool>,
+        /// Asked in `proof` mode (a named successor on a node it does not count yet).
+        on_proof: Vec<bool>,
     },
     Renew,
 }
@@ -257,6 +280,10 @@ pub struct Round {
     pub waiting: Vec<bool>,
     /// Highest epoch in the replies (`Replies.max_epoch`).
     pub max_epoch: u64,
+    /// The lock value the round's commands carry.
+    pub value: Option<Val>,
+    /// Per node, the command's sequence number in the term log.
+    pub seqs: Vec<u64>,
 }
 
 /// One sidecar process (and its host's monotonic clock).
@@ -275,6 +302,10 @@ pub struct Sidecar {
     pub last_start: Option<u8>,
     /// Rounds this sidecar started (the bound `System.max_rounds`; survives a crash).
     pub rounds: u8,
+    /// A release notice named this sidecar and its attempt has not gone out yet.
+    pub named: bool,
+    /// `Redlock.term_log`: the lock commands of the current value per node.
+    pub log: TermLog,
 }
 
 /// A state of the whole system.
@@ -340,6 +371,11 @@ pub enum Action {
     },
     /// The round gives up on the nodes that have not answered.
     Timeout(u8),
+    /// A leader hands over gracefully to the other sidecar: steps down, releases naming it.
+    Handover {
+        from: u8,
+        to: u8,
+    },
     /// A resumed leader's deadline timer fires.
     StepDown(u8),
 }
@@ -354,6 +390,11 @@ static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
 /// The `Instant` of local µs `us` (shifted so that negative µs still map to an instant).
 fn instant(us: i64) -> Instant {
     *BASE + Duration::from_micros((us + 1_000 * UNIT_US) as u64)
+}
+
+/// A lock value as the binary writes it, for the term log.
+fn val_str(v: Val) -> String {
+    format!("{}#{}", name(v.0 as usize), v.1)
 }
 
 fn run_id(run: u8) -> String {
@@ -373,12 +414,15 @@ impl System {
             defences,
             a_first_until: 0,
             max_rounds: 4,
+            fresh: vec![false; 2],
+            handovers: false,
         }
     }
 
     fn policy(&self) -> Policy {
         Policy {
             rewatch_after_gap: self.defences.rewatch,
+            proof_check: self.defences.release_proof,
             ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check)
         }
     }
@@ -409,6 +453,22 @@ impl System {
         if s.redis[i].key.is_some_and(|(_, exp)| wall > exp) {
             s.redis[i].key = None;
         }
+        if s.redis[i].reserved.is_some_and(|(_, _, exp)| wall > exp) {
+            s.redis[i].reserved = None;
+        }
+    }
+
+    /// `Node::counts_with_proof(now)`: whether a proved yes of node `i` would count.
+    fn counts_with_proof(&self, l: &Link, now_us: i64) -> bool {
+        node::counts_from_at(
+            l.exclusion.as_ref(),
+            match self.defences.quarantine {
+                true => node::Quarantine::Enforced,
+                false => node::Quarantine::Ignored,
+            },
+            l.watch.counts_with_proof_from(&self.policy()).map(Us),
+        )
+        .is_some_and(|from| Us(now_us) >= from)
     }
 
     /// `Node::counts(now)`: whether a yes of node `i` counts for sidecar `k` at local `now_us`.
@@ -502,10 +562,44 @@ impl System {
             if !l.conn {
                 continue;
             }
+            let release = Req::Release {
+                value,
+                successor: None,
+            };
             if l.reqs.is_empty() {
-                Self::run_script(s, i, &Req::Release { value });
+                Self::run_script(s, i, &release);
             } else {
-                l.reqs.push_back((s.now, Req::Release { value }));
+                l.reqs.push_back((s.now, release));
+            }
+        }
+    }
+
+    /// `Elector::step_down` with a named successor, then `Redlock::release`: the proof per node
+    /// from `proof::may_prove` at the moment of sending, the release queued behind whatever the
+    /// connection still carries (it may run late, after the lease ran out).
+    fn handover(&self, s: &mut State, k: usize, to: u8) {
+        let Phase::Leader(lease) = s.sidecars[k].phase else {
+            return;
+        };
+        let now_us = self.clock(s, k);
+        let valid = now_us < lease.deadline_us;
+        let value = val_str(lease.value);
+        let c = &mut s.sidecars[k];
+        c.phase = Phase::Follower;
+        c.round = None;
+        let now = s.now;
+        for i in 0..self.nodes {
+            let counts = self.counts(&c.links[i], now_us);
+            let proof = proof::may_prove(&c.log, &value, i, valid, counts);
+            let l = &mut c.links[i];
+            if l.conn {
+                l.reqs.push_back((
+                    now,
+                    Req::Release {
+                        value: lease.value,
+                        successor: Some((to, proof)),
+                    },
+                ));
             }
         }
     }
@@ -541,10 +635,21 @@ impl System {
             not_yes: 0,
             waiting: vec![false; self.nodes],
             max_epoch: 0,
+            value: None,
+            seqs: vec![0; self.nodes],
         };
         for (i, l) in c.links.iter_mut().enumerate() {
             if l.conn {
-                l.reqs.push_back((now, req(id, i)));
+                let r = req(id, i);
+                let value = match &r {
+                    Req::Acquire { value, .. } | Req::Renew { value, .. } => Some(*value),
+                    Req::Release { .. } => None,
+                };
+                if let Some(v) = value {
+                    round.value = Some(v);
+                    round.seqs[i] = c.log.sent(&val_str(v), i, self.nodes);
+                }
+                l.reqs.push_back((now, r));
                 round.waiting[i] = true;
             } else {
                 round.not_yes += 1;
@@ -560,8 +665,23 @@ impl System {
         let value = (k as u8, c.seq + 1);
         let proposed = c.epoch_seen + 1;
         let eligible: Vec<bool> = c.links.iter().map(|l| self.counts(l, now_us)).collect();
-        let can_win = eligible.iter().filter(|&&e| e).count() >= math::quorum(self.nodes);
-        let e2 = eligible.clone();
+        let named = c.named;
+        let on_proof: Vec<bool> = c
+            .links
+            .iter()
+            .zip(&eligible)
+            .map(|(l, &e)| named && !e && self.counts_with_proof(l, now_us))
+            .collect();
+        let can_win = eligible
+            .iter()
+            .zip(&on_proof)
+            .filter(|(e, p)| **e || **p)
+            .count()
+            >= math::quorum(self.nodes);
+        let (e2, p2) = (eligible.clone(), on_proof.clone());
+        // Under the test-only switch a node asked on a proof is asked to take the key outright.
+        let check = self.defences.release_proof;
+        s.sidecars[k].named = false;
         self.start_round(
             s,
             k,
@@ -569,12 +689,18 @@ impl System {
                 value,
                 proposed,
                 eligible,
+                on_proof,
             },
             move |round, i| Req::Acquire {
                 round,
                 value,
-                proposed: if e2[i] && can_win { proposed } else { 0 },
-                probe: !can_win,
+                proposed: if (e2[i] || p2[i]) && can_win {
+                    proposed
+                } else {
+                    0
+                },
+                probe: !can_win || !(e2[i] || p2[i]),
+                on_proof: p2[i] && check,
             },
         );
     }
@@ -668,14 +794,28 @@ impl System {
                 value,
                 proposed,
                 probe,
+                on_proof,
             } => {
                 let e = r.epoch;
-                if !probe && r.key.is_none() {
+                let mut proved = false;
+                if let Some((to, proof, _)) = r.reserved {
+                    if to != value.0 {
+                        return Some(Reply {
+                            round,
+                            node_us: wall,
+                            answer: Answer::Denied { epoch: e },
+                        });
+                    }
+                    proved = proof;
+                }
+                let take = !probe && (!on_proof || proved);
+                if take && r.key.is_none() {
                     r.key = Some((value, wall + ttl_us));
+                    r.reserved = None;
                     if proposed > e {
                         r.epoch = proposed;
                     }
-                    (round, Answer::Granted { epoch: e })
+                    (round, Answer::Granted { epoch: e, proved })
                 } else {
                     (round, Answer::Denied { epoch: e })
                 }
@@ -698,9 +838,16 @@ impl System {
                 }
                 (round, Answer::Renewed(res))
             }
-            Req::Release { value } => {
+            Req::Release { value, successor } => {
                 if r.key.is_some_and(|(v, _)| v == value) {
                     r.key = None;
+                    // The reservation lives for the grace: less than a unit, so it is gone by
+                    // the next tick (sooner if the node's clock jumps forward).
+                    if let Some((to, proof)) = successor {
+                        r.reserved = Some((to, proof, wall + UNIT_US / 2));
+                        // The notice: the successor attempts next, on the proof.
+                        s.sidecars[to as usize].named = true;
+                    }
                 }
                 return None;
             }
@@ -732,13 +879,40 @@ impl System {
         let run = run_id(s.redis[i].run);
         let policy = self.policy();
         s.sidecars[k].links[i].watch.observe(&run, reading, &policy);
+        // `Redlock::counts_vote`: a proof is taken at this very reading.
+        if let (RoundKind::Acquire { on_proof, .. }, Answer::Granted { proved: true, .. }) =
+            (&round.kind, &reply.answer)
+            && on_proof[i]
+        {
+            s.sidecars[k].links[i].watch.prove(&run, now_us);
+        }
         let counts = self.counts(&s.sidecars[k].links[i], now_us);
+        let counts_unproved = self.counts_with_proof(&s.sidecars[k].links[i], now_us);
+        let check = self.defences.release_proof;
         let r = s.sidecars[k].round.as_mut().unwrap();
         r.waiting[i] = false;
+        let value = r.value;
         let yes = match (&r.kind, &reply.answer) {
-            (RoundKind::Acquire { eligible, .. }, Answer::Granted { epoch }) => {
+            (
+                RoundKind::Acquire {
+                    eligible, on_proof, ..
+                },
+                Answer::Granted { epoch, proved },
+            ) => {
                 r.max_epoch = r.max_epoch.max(*epoch);
-                eligible[i] && counts
+                if eligible[i] {
+                    counts
+                } else if on_proof[i] {
+                    // Under the test-only switch the node was asked to take the key outright,
+                    // and the grant counts without a proof.
+                    if check {
+                        *proved && counts
+                    } else {
+                        counts_unproved
+                    }
+                } else {
+                    false
+                }
             }
             (RoundKind::Acquire { .. }, Answer::Denied { epoch }) => {
                 r.max_epoch = r.max_epoch.max(*epoch);
@@ -751,6 +925,11 @@ impl System {
             r.yes += 1;
         } else {
             r.not_yes += 1;
+        }
+        if let Some(v) = value {
+            s.sidecars[k]
+                .log
+                .answered(&val_str(v), i, round.seqs[i], yes);
         }
         self.maybe_finish(s, k);
     }
@@ -782,6 +961,36 @@ impl System {
     }
 }
 
+/// Breadth-first: the fewest steps to a state where `goal` holds, if one is reachable within
+/// the bound (a "sometimes" check that names the state, which stateright's properties cannot).
+pub fn reachable(sys: &System, goal: impl Fn(&State) -> bool) -> Option<usize> {
+    let mut seen = std::collections::HashSet::new();
+    let mut frontier: Vec<State> = sys.init_states();
+    for depth in 0.. {
+        if frontier.is_empty() {
+            return None;
+        }
+        if frontier.iter().any(&goal) {
+            return Some(depth);
+        }
+        let mut next = Vec::new();
+        for s in frontier {
+            let mut actions = Vec::new();
+            sys.actions(&s, &mut actions);
+            for a in actions {
+                if let Some(n) = sys.next_state(&s, a)
+                    && sys.within_boundary(&n)
+                    && seen.insert(canonical(&n))
+                {
+                    next.push(n);
+                }
+            }
+        }
+        frontier = next;
+    }
+    None
+}
+
 /// The nodes are interchangeable: nothing in the system depends on a node's index (run_ids
 /// travel with the node's data). This maps a state to one representative of its class under
 /// every permutation of the nodes, for the checker's symmetry reduction: the nodes sorted by a
@@ -797,10 +1006,16 @@ pub fn canonical(s: &State) -> State {
         s.redis[i].hash(&mut h);
         for c in &s.sidecars {
             c.links[i].hash(&mut h);
+            c.log.node(i).hash(&mut h);
             if let Some(r) = &c.round {
                 r.waiting[i].hash(&mut h);
-                if let RoundKind::Acquire { eligible, .. } = &r.kind {
+                r.seqs[i].hash(&mut h);
+                if let RoundKind::Acquire {
+                    eligible, on_proof, ..
+                } = &r.kind
+                {
                     eligible[i].hash(&mut h);
+                    on_proof[i].hash(&mut h);
                 }
             }
         }
@@ -818,10 +1033,16 @@ pub fn canonical(s: &State) -> State {
     permute(&mut out.redis, &order);
     for c in &mut out.sidecars {
         permute(&mut c.links, &order);
+        c.log.permute(&order);
         if let Some(r) = &mut c.round {
             permute(&mut r.waiting, &order);
-            if let RoundKind::Acquire { eligible, .. } = &mut r.kind {
+            permute(&mut r.seqs, &order);
+            if let RoundKind::Acquire {
+                eligible, on_proof, ..
+            } = &mut r.kind
+            {
                 permute(eligible, &order);
+                permute(on_proof, &order);
             }
         }
     }
@@ -859,6 +1080,7 @@ impl Model for System {
                             run: 0,
                             started_us: WALL0_US - 100 * UNIT_US,
                             offset_us: 0,
+                            reserved: None,
                         })
                         .collect(),
                     sidecars: rates
@@ -873,6 +1095,8 @@ impl Model for System {
                             round: None,
                             last_start: None,
                             rounds: 0,
+                            named: false,
+                            log: TermLog::default(),
                         })
                         .collect(),
                     max_token: 0,
@@ -887,7 +1111,13 @@ impl Model for System {
                         let l = &mut s.sidecars[k].links[i];
                         l.watch = Watch::default();
                         let per = rate.us_per_unit();
-                        for t in [-14, 0] {
+                        // A fresh sidecar read each clock once, now: its watch has just begun.
+                        let times: &[i64] = if self.fresh.get(k) == Some(&true) {
+                            &[0]
+                        } else {
+                            &[-14, 0]
+                        };
+                        for &t in times {
                             let reading = Reading {
                                 node_us: WALL0_US + t * UNIT_US,
                                 sent_us: t * per,
@@ -968,6 +1198,14 @@ impl Model for System {
                     } else if may_start {
                         actions.push(Action::StartRenew(k8));
                     }
+                    if self.handovers && c.round.is_none() {
+                        for to in (0..self.sidecars).filter(|&j| j != k) {
+                            actions.push(Action::Handover {
+                                from: k8,
+                                to: to as u8,
+                            });
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -1020,6 +1258,8 @@ impl Model for System {
                 c.phase = Phase::Follower;
                 c.round = None;
                 c.last_start = None;
+                c.named = false;
+                c.log = TermLog::default();
                 for l in &mut c.links {
                     let mut orphans = std::mem::take(&mut l.orphans);
                     orphans.extend(l.reqs.drain(..));
@@ -1085,15 +1325,20 @@ impl Model for System {
             }
             Action::Timeout(k) => {
                 let k = k as usize;
-                if let Some(r) = s.sidecars[k].round.as_mut() {
-                    for w in r.waiting.iter_mut().filter(|w| **w) {
+                let c = &mut s.sidecars[k];
+                if let Some(r) = c.round.as_mut() {
+                    for (i, w) in r.waiting.iter_mut().enumerate().filter(|(_, w)| **w) {
                         *w = false;
                         r.not_yes += 1;
+                        if let Some(v) = r.value {
+                            c.log.failed(&val_str(v), i);
+                        }
                     }
                 }
                 self.maybe_finish(&mut s, k);
             }
             Action::StepDown(k) => Self::step_down(&mut s, k as usize),
+            Action::Handover { from, to } => self.handover(&mut s, from as usize, to),
         }
         Some(s)
     }
@@ -1191,6 +1436,14 @@ impl System {
                 }
                 None => out.push_str(", no key"),
             }
+            if let Some((to, proof, _)) = r.reserved {
+                let _ = write!(
+                    out,
+                    ", reserved for {}{}",
+                    name(to as usize),
+                    if proof { " with proof" } else { "" }
+                );
+            }
             let _ = writeln!(out, ", epoch {}", r.epoch);
         }
         out
@@ -1249,6 +1502,11 @@ impl System {
             }
             Action::Timeout(k) => format!("{}'s round times out", n(k)),
             Action::StepDown(k) => format!("{}'s deadline timer fires: steps down", n(k)),
+            Action::Handover { from, to } => format!(
+                "{} hands over gracefully: steps down, releases naming {}",
+                n(from),
+                n(to)
+            ),
         }
     }
 }

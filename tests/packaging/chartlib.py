@@ -74,7 +74,7 @@ def lint(chart: Path, values: dict[str, Any] | None, kube_version: str) -> list[
         if msg.get("severity", 0) >= 2:
             problems.append(line)
         else:
-            print(f"    lint info (accepted, see the Helm section of the project README): {line}")
+            print(f"    lint info (accepted, see docs/development.md, the packaging checks): {line}")
     return problems
 
 

@@ -35,9 +35,11 @@ def renders() -> dict[str, list[dict[str, Any]]]:
         out[case] = chartlib.split_objects(chartlib.render_chart(chartlib.load_values(path)))
     with chartlib.ParentChart() as parent:
         out["parent-app"] = chartlib.split_objects(parent.render())
+    # manifests/base and manifests/example: the chart's demo as plain YAML (the Component and its
+    # example are checked by test_existing_workload.py).
     out["manifests"] = [
         doc
-        for f in sorted(MANIFESTS.rglob("*.yaml"))
+        for f in sorted(MANIFESTS.glob("base/*.yaml")) + sorted(MANIFESTS.glob("example/*.yaml"))
         if f.name != "kustomization.yaml"
         for doc in yaml.safe_load_all(f.read_text())
         if doc
@@ -544,15 +546,33 @@ def test_check_config_rejects_a_broken_rendered_config(renders, tmp_path):
 # --------------------------------------------------------------------- Dockerfile in step
 
 
-def test_dockerfile_and_ci_build_use_the_same_flags():
+def test_dockerfile_and_image_sh_build_the_same_binary():
+    """scripts/image.sh (the image without Docker; check-packaging's static binary) builds with the
+    Dockerfile's builder flags, read with Docker's own parser. scripts/check-image.sh compares the
+    built image with the Dockerfile's final stage."""
+    import check_image
+
+    rustflags, cargo_args, strips = check_image.builder_flags(str(chartlib.REPO / "Dockerfile"))
+    out = subprocess.run([str(chartlib.REPO / "scripts" / "image.sh"), "flags"], capture_output=True,
+                         text=True, check=True).stdout
+    assert (rustflags, cargo_args) == check_image.image_sh_flags(out)
+    assert rustflags == "-C target-feature=+crt-static" and strips
     dockerfile = (chartlib.REPO / "Dockerfile").read_text()
-    script = (chartlib.REPO / "scripts" / "check-packaging.sh").read_text()
-    for needle in ('RUSTFLAGS="-C target-feature=+crt-static"', "--target x86_64-unknown-linux-gnu"):
-        assert needle in dockerfile and needle in script, needle
     assert "FROM gcr.io/distroless/static-debian12:nonroot" in dockerfile
     assert "USER 65532:65532" in dockerfile
     values_file = yaml.safe_load((chartlib.CHART / "values.yaml").read_text())
     assert values_file["sidecar"]["securityContext"]["runAsUser"] == 65532
+
+
+def test_default_image_is_the_published_one_and_artifact_hub_lists_it():
+    meta = yaml.safe_load((chartlib.CHART / "Chart.yaml").read_text())
+    image = yaml.safe_load((chartlib.CHART / "values.yaml").read_text())["image"]
+    ref = subprocess.run([str(chartlib.REPO / "scripts" / "image.sh"), "ref"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert ref == f"{image['repository']}:{meta['appVersion']}"
+    listed = yaml.safe_load(meta["annotations"]["artifacthub.io/images"])
+    assert [i["image"] for i in listed] == [ref]
+    assert meta["kubeVersion"] == ">=1.29.0-0", "the native-sidecar floor"
 
 
 def test_native_sidecar_refused_before_kubernetes_1_29(capfd):
@@ -564,3 +584,98 @@ def test_native_sidecar_refused_before_kubernetes_1_29(capfd):
     assert "sidecar.native=true needs Kubernetes >= 1.29" in capfd.readouterr().err
     vals["sidecar"] = {"native": False}
     assert chartlib.lint(chartlib.CHART, vals, "1.27.0") == []
+
+
+# ------------------------------------------------------------- path (a): the user's own app
+
+
+def render_with(case: str, **over: Any) -> list[dict]:
+    vals = values(case)
+    for key, val in over.items():
+        vals[key] = {**vals.get(key, {}), **val}
+    return chartlib.split_objects(chartlib.render_chart(vals))
+
+
+def app_container(objects: list[dict]) -> dict:
+    (c,) = [c for c in pod_spec(elector_pod(objects))["containers"] if c["name"] == "app"]
+    return c
+
+
+def test_users_image_gets_nothing_of_the_demo():
+    objects = render_with("defaults", app={"image": {"repository": "registry.example/shop", "tag": "2.1"}})
+    app = app_container(objects)
+    assert app["image"] == "registry.example/shop:2.1"
+    # Only what the user set: the image's own entrypoint, no resources, no security context, no
+    # read-only root filesystem; the pod-level securityContext is empty by default too.
+    for key in ("command", "args", "resources", "securityContext", "volumeMounts"):
+        assert key not in app, f"the demo's {key} leaked into the user's container: {app.get(key)}"
+    assert "securityContext" not in pod_spec(elector_pod(objects))
+    # The sidecar keeps its own hardening.
+    side = sidecar_of(pod_spec(elector_pod(objects)))
+    assert side["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_users_settings_are_applied_verbatim():
+    mine = {"image": {"repository": "registry.example/shop", "tag": "2.1"}, "args": ["--port", "8080"],
+            "resources": {"limits": {"memory": "1Gi"}}, "securityContext": {"runAsUser": 1000}}
+    app = app_container(render_with("defaults", app=mine))
+    assert app["args"] == mine["args"] and app["resources"] == mine["resources"]
+    assert app["securityContext"] == mine["securityContext"]
+
+
+def test_demo_only_without_an_image():
+    app = app_container(render_with("defaults"))
+    assert app["image"] == "busybox:1.36" and app["command"][:2] == ["sh", "-c"]
+    assert app["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+@pytest.mark.parametrize("app, message", [
+    ({"image": {"repository": "registry.example/shop"}}, "app.image.tag is required"),
+    ({"command": ["/bin/shop"]}, "app.image.repository is empty"),
+])
+def test_half_set_app_fails_with_the_fix(app, message):
+    vals = values("defaults")
+    vals["app"] = app
+    with pytest.raises(Exception, match=message):
+        chartlib.render_chart(vals)
+
+
+# --------------------------------------------------------------------- production defaults
+
+
+def test_pod_disruption_budget_for_two_or_more_replicas():
+    pdb = one(render_with("defaults"), "PodDisruptionBudget")
+    dep = elector_pod(render_with("defaults"))
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    assert pdb["spec"]["selector"] == dep["spec"]["selector"]
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert [o for o in render_with("defaults", workload={"replicas": 1}) if o["kind"] == "PodDisruptionBudget"] == []
+    assert [o for o in render_with("defaults", podDisruptionBudget={"enabled": False}) if o["kind"] == "PodDisruptionBudget"] == []
+    pdb = one(render_with("defaults", podDisruptionBudget={"minAvailable": "50%"}), "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == "50%" and "maxUnavailable" not in pdb["spec"]
+
+
+def test_spread_presets():
+    def sched(**w):
+        spec = pod_spec(elector_pod(render_with("defaults", workload=w)))
+        return spec.get("affinity"), spec.get("topologySpreadConstraints")
+
+    aff, tsc = sched()
+    sel = elector_pod(render_with("defaults"))["spec"]["selector"]["matchLabels"]
+    (pref,) = aff["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert pref["podAffinityTerm"] == {"labelSelector": {"matchLabels": sel}, "topologyKey": "kubernetes.io/hostname"}
+    assert tsc == [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": {"matchLabels": sel}}]
+    aff, tsc = sched(spreadPreset="hard")
+    (req,) = aff["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert req["topologyKey"] == "kubernetes.io/hostname"
+    assert sched(spreadPreset="none") == (None, None)
+    mine = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}}
+    assert sched(affinity=mine)[0] == mine
+
+
+def test_min_ready_seconds_is_a_value_defaulting_to_two():
+    assert elector_pod(render_with("defaults"))["spec"]["minReadySeconds"] == 2
+    assert elector_pod(render_with("defaults", workload={"minReadySeconds": 7}))["spec"]["minReadySeconds"] == 7
+    assert "minReadySeconds" not in elector_pod(render_with("defaults", workload={"minReadySeconds": 0}))["spec"]

@@ -292,12 +292,90 @@ fn cp_the_plain_manifests_pass_the_real_servers_validation() {
             "kubectl apply did not create {what}:\n{out}"
         );
     }
-    // A second apply changes nothing: the server kept what the manifests say.
+    // A second apply changes nothing: the server kept what the manifests say. Judged by the
+    // objects' resourceVersions: kubectl reports the PodDisruptionBudget "configured" on every
+    // apply (its selector's patch strategy is `replace`, so the client always sends it), while the
+    // server stores nothing new.
+    let versions = || {
+        cp.kubectl(&[
+            "get",
+            "-k",
+            example,
+            "-o",
+            "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}{\"\\n\"}{end}",
+        ])
+    };
+    let before = versions();
     let again = cp.kubectl(&["apply", "-k", example]);
     assert!(
-        again.lines().all(|l| l.ends_with("unchanged")),
+        again
+            .lines()
+            .all(|l| l.ends_with("unchanged") || l.starts_with("poddisruptionbudget.policy/")),
         "a second apply changed something:\n{again}"
     );
+    assert_eq!(
+        versions(),
+        before,
+        "a second apply stored a new version of an object:\n{again}"
+    );
+}
+
+#[test]
+fn cp_the_sidecar_component_on_a_plain_deployment_passes_the_real_servers_validation() {
+    // manifests/example-existing-workload: a plain Deployment named in a local Component gets the
+    // native sidecar, its ConfigMap, RBAC and the leader Service from manifests/components/sidecar
+    // (docs/operating/existing-workload.md). The real server validates and stores what kustomize
+    // built, in a namespace given on the command line (the Component names none).
+    let cp = ControlPlane::up();
+    let example = cluster::repo().join("manifests/example-existing-workload");
+    let example = example.to_str().unwrap();
+    let ns = "existing-workload";
+    cp.kubectl(&["create", "namespace", ns]);
+    cp.kubectl(&["apply", "--dry-run=server", "-n", ns, "-k", example])
+        .lines()
+        .for_each(|l| eprintln!("dry run: {l}"));
+    let out = cp.kubectl(&["apply", "-n", ns, "-k", example]);
+    eprintln!("{out}");
+    for what in [
+        "configmap/redlock-elector-config-",
+        "deployment.apps/web ",
+        "deployment.apps/worker ",
+        "role.rbac.authorization.k8s.io/redlock-elector ",
+        "rolebinding.rbac.authorization.k8s.io/redlock-elector ",
+        "service/redlock-elector-leader ",
+        "serviceaccount/redlock-elector ",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(what) && l.ends_with("created")),
+            "kubectl apply did not create {what}:\n{out}"
+        );
+    }
+    // The server kept the native sidecar (restartPolicy: Always on an init container) on `web`.
+    let inits = cp.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "deployment",
+        "web",
+        "-o",
+        "jsonpath={range .spec.template.spec.initContainers[*]}{.name}={.restartPolicy}{\"\\n\"}{end}",
+    ]);
+    assert_eq!(
+        inits.trim(),
+        "redlock-elector=Always",
+        "web's init containers: {inits}"
+    );
+    let worker = cp.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "deployment",
+        "worker",
+        "-o",
+        "jsonpath={.spec.template.spec.initContainers}",
+    ]);
+    assert_eq!(worker.trim(), "", "worker must not get the sidecar");
 }
 
 /// Set the verbs of the first rule of the Role `role` (`kubectl patch role --type json`).

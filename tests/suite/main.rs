@@ -9,10 +9,13 @@
 
 mod api;
 mod cli;
+mod clients;
 mod control_plane;
 mod control_plane_rollout;
+mod docs_links;
 mod election;
 mod fault_schedule;
+mod fresh_handover;
 mod kube_labels;
 mod managed_redis;
 mod redis_faults;

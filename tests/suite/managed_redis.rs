@@ -1,6 +1,6 @@
 //! Managed-Redis setups against real `redis-server` processes with TLS-only ports (`--port 0`),
 //! certificates made by `openssl` in each test: elect and hand over over TLS (CA file, URL host
-//! names, `redis.tls.serverName` for endpoints reached by IP), mutual TLS, the README's minimal
+//! names, `redis.tls.serverName` for endpoints reached by IP), mutual TLS, the documented minimal
 //! ACL user, classified failures (wrong CA, hostname mismatch, wrong password, missing ACL
 //! permission, refused, timeout, DNS), password rotation while a leader holds the lease, and
 //! `check-config --connect`. No password may appear in any log, metric or check-config output.
@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::{Opts, Pki, Redis, Sidecar, binary, free_port, report, sole_leader, wait_for};
 
-/// The minimal ACL as the README and the chart's values.yaml give it (`PASSWORD` is a
-/// placeholder). The tests apply exactly this line, with only the password substituted.
+/// The minimal ACL as docs/operating/managed-redis.md and the chart's values.yaml give it
+/// (`PASSWORD` is a placeholder). The tests apply exactly this line, with only the password substituted.
 const MINIMAL_ACL: &str = "ACL SETUSER redlock-elector reset on >PASSWORD ~redlock-elector:* &redlock-elector:* +info +time +script|load +evalsha +subscribe +get +set +pexpire +pttl +del +publish +hget +hset +hgetall +hdel";
 const ACL_USER: &str = "redlock-elector";
 
@@ -359,12 +359,16 @@ fn mutual_tls() {
     assert_ne!(next, leader);
 }
 
-/// The README's ACL line, applied verbatim: sidecars elect and hand over (the release notice
-/// needs SUBSCRIBE and PUBLISH), and `check-config --connect` passes with it.
+/// The documented ACL line (docs/operating/managed-redis.md), applied verbatim: sidecars elect
+/// and hand over (the release notice needs SUBSCRIBE and PUBLISH), and `check-config --connect`
+/// passes with it.
 #[test]
 fn minimal_acl_user() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for doc in ["README.md", "charts/redlock-elector/values.yaml"] {
+    for doc in [
+        "docs/operating/managed-redis.md",
+        "charts/redlock-elector/values.yaml",
+    ] {
         let text = std::fs::read_to_string(repo.join(doc)).unwrap();
         assert!(
             text.contains(MINIMAL_ACL),

@@ -72,7 +72,7 @@ fn release_returns_at_quorum_and_the_slow_node_still_releases() {
         "the library did not connect to all three nodes"
     );
 
-    let lease = match rt.block_on(redlock.acquire("t")) {
+    let lease = match rt.block_on(redlock.acquire("t", false)) {
         Acquire::Acquired(lease) => lease,
         other => panic!("acquire on three free nodes failed: {other:?}"),
     };

@@ -311,7 +311,7 @@ fn a_graceful_release_reserves_the_key_for_the_named_successor() {
         eval(
             RELEASE,
             &[key, next],
-            &[&format!("{id}#1"), "", "", successor, grace],
+            &[&format!("{id}#1"), "", "", successor, grace, "0"],
         )
     };
     assert_eq!(acquire(&mut eval, "a")[0], Value::Int(1));
@@ -335,4 +335,81 @@ fn a_graceful_release_reserves_the_key_for_the_named_successor() {
     assert_eq!(acquire(&mut eval, "a")[0], Value::Int(0));
     thread::sleep(Duration::from_millis(150));
     assert_eq!(acquire(&mut eval, "a")[0], Value::Int(1));
+}
+
+/// The release proof (issue 25), on a real node through the binary's own scripts: a release
+/// that may carry the proof reserves the key as `<successor> proof`; the successor's `proof`
+/// attempt takes the key on it and says so, consuming it; without the proof (the releaser could
+/// not vouch for the node, or the release came from a version before the proof) a `proof`
+/// attempt takes nothing, while a `take` attempt still honours the reservation as before.
+#[test]
+fn a_release_proof_is_taken_only_by_the_successor_it_names() {
+    use redis::Value;
+    use redlock_elector::redlock::scripts::{ACQUIRE, RELEASE};
+
+    let node = Redis::start();
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{}/", node.port))
+        .and_then(|cl| cl.get_connection())
+        .expect("connect to the test redis-server");
+    let (key, epoch, next) = (
+        "redlock-elector:p",
+        "redlock-elector:p:epoch",
+        "redlock-elector:p:next",
+    );
+    let mut eval = |src: &str, keys: &[&str], args: &[&str]| -> Vec<Value> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(src).arg(keys.len()).arg(keys).arg(args);
+        match cmd.query(&mut c).expect("script runs") {
+            Value::Array(items) => items[1..].to_vec(),
+            other => panic!("{other:?}"),
+        }
+    };
+    type Eval<'a> = dyn FnMut(&str, &[&str], &[&str]) -> Vec<Value> + 'a;
+    let acquire = |eval: &mut Eval, id: &str, mode: &str| {
+        eval(
+            ACQUIRE,
+            &[key, epoch, next],
+            &[&format!("{id}#1"), "5000", "1", mode, id],
+        )
+    };
+    let release = |eval: &mut Eval, id: &str, successor: &str, proof: &str| {
+        eval(
+            RELEASE,
+            &[key, next],
+            &[&format!("{id}#1"), "", "", successor, "5000", proof],
+        )
+    };
+    let granted = |v: &[Value]| v.first() == Some(&Value::Int(1));
+    let proved = |v: &[Value]| v.get(2) == Some(&Value::Int(1));
+
+    assert!(granted(&acquire(&mut eval, "a", "take")));
+    assert_eq!(release(&mut eval, "a", "b", "1")[0], Value::Int(1));
+    assert_eq!(node.cli(&["GET", next]).as_deref(), Some("b proof"));
+    // Nobody else takes it, not even on a claimed proof of their own.
+    assert!(!granted(&acquire(&mut eval, "c", "take")));
+    assert!(!granted(&acquire(&mut eval, "c", "proof")));
+    // The successor's proof attempt takes it and says the grant was proved.
+    let b = acquire(&mut eval, "b", "proof");
+    assert!(granted(&b) && proved(&b), "{b:?}");
+    assert_eq!(node.cli(&["EXISTS", next]).as_deref(), Some("0"));
+
+    // Without the proof: the reservation holds for b, but a proof attempt takes nothing.
+    assert_eq!(release(&mut eval, "b", "a", "0")[0], Value::Int(1));
+    assert_eq!(node.cli(&["GET", next]).as_deref(), Some("a"));
+    let a = acquire(&mut eval, "a", "proof");
+    assert!(!granted(&a), "{a:?}");
+    let a = acquire(&mut eval, "a", "take");
+    assert!(granted(&a) && !proved(&a), "{a:?}");
+
+    // A release of a value that is not there (someone else's key, or none) writes no proof.
+    assert_eq!(release(&mut eval, "z", "b", "1")[0], Value::Int(0));
+    assert_eq!(node.cli(&["EXISTS", next]).as_deref(), Some("0"));
+
+    // A reservation written by a release before the proof existed (the plain identity) is no
+    // proof either: the mixed-fleet case of an upgrade.
+    assert_eq!(release(&mut eval, "a", "", "0")[0], Value::Int(1));
+    node.cli(&["SET", next, "b", "PX", "5000"]);
+    assert!(!granted(&acquire(&mut eval, "b", "proof")));
+    let b = acquire(&mut eval, "b", "take");
+    assert!(granted(&b) && !proved(&b), "{b:?}");
 }

@@ -230,3 +230,84 @@ fn jump_while_a_fresh_sidecar_starts() {
         describe(&r)
     );
 }
+
+/// The release proof (issue 25). A majority of nodes steps forward just after the leader A's
+/// renewal, so A's keys vanish there (A's next renewal heals them, and sees the jump). B starts
+/// right after the step, so its own watch cannot see it, and A is terminated before its deadline:
+/// its graceful release names B, but A no longer counts the stepped nodes, so it leaves its proof
+/// only on the third. B must not count the stepped nodes on A's word: it waits for its own watch
+/// (ttl + margin). Under `--unsafe-disable-release-proof-check` B counts every grant of its named
+/// attempt and leads at once, on nodes nobody vouched for. Returns how long after the release B
+/// led, how long its watch still had to run then, and the logs.
+fn proof_scenario(check: bool) -> (Duration, Duration, String) {
+    // ttl 2 s: room for B to start and become a ready candidate within A's validity.
+    let ttl = Duration::from_secs(2);
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start_shiftable()).collect();
+    std::thread::sleep(ttl + Duration::from_millis(1100));
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let o = |check: bool| {
+        let mut o = opts(true);
+        o.ttl = "2s";
+        if !check {
+            o.extra.push("--unsafe-disable-release-proof-check".into());
+        }
+        o
+    };
+    let mut a = Sidecar::start("a", &refs, &o(true));
+    a.wait_eligible(ttl * 3);
+    wait_for(ttl * 3, Duration::from_millis(5), || {
+        a.leader().is_leader.then_some(())
+    })
+    .unwrap_or_else(|| panic!("a never led:\n{}", a.logs()));
+    common::just_after_renewal(&nodes[0], KEY, ttl * 3);
+    nodes[0].jump_clock(20_000);
+    nodes[1].jump_clock(20_000);
+    let b = Sidecar::start("b", &refs, &o(check));
+    // B's candidate record says ready (a fresh sidecar is, on the proof); its watch runs on.
+    wait_for(ttl, Duration::from_millis(2), || {
+        b.leader().candidate_ready.then_some(())
+    })
+    .unwrap_or_else(|| panic!("b never became a ready candidate:\n{}", b.logs()));
+    let view = b.leader();
+    assert_eq!(view.waiting_for.as_deref(), Some("clock_watch"), "{view:?}");
+    let watch_left = Duration::from_millis(view.quorum_counts_in_ms.expect("known"));
+    assert!(
+        a.leader().is_leader,
+        "a lost the lease before its release:\n{}",
+        a.logs()
+    );
+    let released = Instant::now();
+    let _ = a.terminate();
+    let led = wait_for(ttl * 4, Duration::from_millis(1), || {
+        b.leader().is_leader.then(|| released.elapsed())
+    });
+    let logs = format!("--- a:\n{}--- b:\n{}", a.logs(), b.logs());
+    let led = led.unwrap_or_else(|| panic!("b never led:\n{logs}"));
+    (led, watch_left, logs)
+}
+
+#[test]
+fn fresh_successor_counts_only_nodes_the_release_proves() {
+    let (led, watch_left, logs) = proof_scenario(true);
+    report(
+        "fresh successor after a majority jump before the release: led after",
+        format!("{led:?} (its watch had {watch_left:?} to run)"),
+    );
+    // It may lead only once its own watch lets it count a quorum (less the time between the
+    // reading of `quorum_counts_in_ms` and the release).
+    assert!(
+        led + Duration::from_millis(150) >= watch_left,
+        "b led {led:?} after the release, before its watch could count the stepped nodes \
+         ({watch_left:?} left): it counted votes no proof backed\n{logs}"
+    );
+    assert!(
+        logs.contains("\"reason\":\"clock_watch\""),
+        "b did not say why it could not count a quorum:\n{logs}"
+    );
+    let (led, watch_left, logs) = proof_scenario(false);
+    assert!(
+        led + Duration::from_millis(150) < watch_left,
+        "without the proof check b should lead at once on nodes nobody vouched for \
+         (led {led:?}, watch {watch_left:?} left)\n{logs}"
+    );
+}

@@ -122,7 +122,7 @@ async fn sample(c: &mut Clients, scenario: usize, iters: usize) -> Samples {
         .time_cost(&format!("bench-time-{scenario}"), iters / 2)
         .await;
     // One renew round alone, for reference: the cost of one script round on every node.
-    if let Acquire::Acquired(lease) = c.redlock.acquire("bench").await {
+    if let Acquire::Acquired(lease) = c.redlock.acquire("bench", false).await {
         for _ in 0..iters / 2 {
             let t = Instant::now();
             let _ = c.redlock.renew(&lease).await;
@@ -138,7 +138,7 @@ async fn sample(c: &mut Clients, scenario: usize, iters: usize) -> Samples {
 async fn round(c: &mut Clients) -> [Instant; 10] {
     let mut t = [Instant::now(); 10];
     // Ours: acquire (one SET NX round that also stores the fencing token), then release.
-    let lease = match c.redlock.acquire("bench").await {
+    let lease = match c.redlock.acquire("bench", false).await {
         Acquire::Acquired(l) => l,
         other => panic!("our acquire failed on free nodes: {other:?}"),
     };

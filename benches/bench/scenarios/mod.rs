@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod footprint;
 pub mod handover;
 pub mod load;
+pub mod restart;
 pub mod rollout;
 pub mod tls;
 pub mod trio;

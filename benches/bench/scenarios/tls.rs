@@ -66,7 +66,7 @@ async fn sample(locks: &[Arc<Redlock>; 2], iters: usize) -> [[Vec<f64>; 2]; 2] {
     for i in 0..iters + iters / 10 {
         for (k, redlock) in locks.iter().enumerate() {
             let t0 = Instant::now();
-            let lease = match redlock.acquire("bench").await {
+            let lease = match redlock.acquire("bench", false).await {
                 Acquire::Acquired(l) => l,
                 other => panic!("acquire over {} failed on free nodes: {other:?}", names[k]),
             };

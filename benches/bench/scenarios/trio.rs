@@ -82,8 +82,35 @@ impl Trio {
         }
     }
 
+    /// Like [`Trio::steady`], but the others need only be ready candidates (their records say
+    /// so), not count a quorum themselves: fresh sidecars a graceful handover may name.
+    pub fn steady_candidates(&mut self, latest: &mut HashMap<String, View>) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.drain(latest);
+            if let Some(l) = self.settled_with(latest, |v| v.candidate_ready || v.is_leader) {
+                return l;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the {} sidecars did not settle on one leader with ready candidates",
+                self.lease
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// The leader's index if [`Trio::steady`]'s conditions hold now.
     fn settled(&self, latest: &HashMap<String, View>) -> Option<usize> {
+        self.settled_with(latest, |v| v.eligible)
+    }
+
+    /// One leader, seen by all, and `ok` of every sidecar's `/leader` now.
+    fn settled_with(
+        &self,
+        latest: &HashMap<String, View>,
+        ok: impl Fn(&View) -> bool,
+    ) -> Option<usize> {
         let views: Vec<Option<&View>> = self
             .sidecars
             .iter()
@@ -105,7 +132,7 @@ impl Trio {
         let all_eligible = || {
             self.sidecars
                 .iter()
-                .all(|s| s.try_leader().is_some_and(|v| v.eligible))
+                .all(|s| s.try_leader().is_some_and(|v| ok(&v)))
         };
         (all_see && all_eligible()).then_some(l)
     }

@@ -136,3 +136,79 @@ Output: a YAML list.
 {{- define "redlock-elector.tlsClientDir" -}}
 /var/run/secrets/redlock-elector/redis-tls-client
 {{- end -}}
+
+{{/*
+The app container's settings (use a), as YAML: `app` as the user set it, or, when
+app.image.repository is empty, the demo app (busybox polling the sidecar) with the demo's own
+command, resources and hardened security context. Nothing of the demo reaches a user's image.
+Argument: the context dict.
+*/}}
+{{- define "redlock-elector.app" -}}
+{{- $app := deepCopy .values.app -}}
+{{- if $app.image.repository -}}
+{{- if not $app.image.tag -}}
+{{- fail "redlock-elector: app.image.tag is required when app.image.repository is set" -}}
+{{- end -}}
+{{- else -}}
+{{- if or $app.command $app.args $app.image.tag -}}
+{{- fail "redlock-elector: app.command, app.args or app.image.tag is set but app.image.repository is empty (the demo app); set app.image.repository to your image" -}}
+{{- end -}}
+{{- $demo := dict
+  "image" (dict "repository" "busybox" "tag" "1.36" "pullPolicy" $app.image.pullPolicy)
+  "command" (list "sh" "-c" (include "redlock-elector.demoScript" .))
+  "resources" (dict "requests" (dict "cpu" "5m" "memory" "8Mi") "limits" (dict "memory" "32Mi"))
+  "securityContext" (dict "runAsNonRoot" true "runAsUser" 65532 "runAsGroup" 65532
+                          "readOnlyRootFilesystem" true "allowPrivilegeEscalation" false
+                          "capabilities" (dict "drop" (list "ALL"))
+                          "seccompProfile" (dict "type" "RuntimeDefault")) -}}
+{{- $app = mergeOverwrite $app $demo -}}
+{{- end -}}
+{{- toYaml $app -}}
+{{- end -}}
+
+{{- define "redlock-elector.demoScript" -}}
+v=0
+while true; do
+  wget -qO- "http://127.0.0.1:{{ .values.sidecar.apiPort }}/leader?wait=30s&version=$v" && echo
+  v=$(wget -qO- http://127.0.0.1:{{ .values.sidecar.apiPort }}/leader | sed -n 's/.*"version":\([0-9]*\).*/\1/p')
+  sleep 1
+done
+{{- end -}}
+
+{{/*
+Scheduling presets (use a): pod anti-affinity on the hostname and spread over zones, unless the
+user set workload.affinity / workload.topologySpreadConstraints. Argument: the context dict;
+"selector" in it holds the pod selector labels (a map).
+*/}}
+{{- define "redlock-elector.affinity" -}}
+{{- $w := .values.workload -}}
+{{- if $w.affinity -}}
+{{- toYaml $w.affinity -}}
+{{- else if ne $w.spreadPreset "none" -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" .selector) -}}
+podAntiAffinity:
+{{- if eq $w.spreadPreset "hard" }}
+  requiredDuringSchedulingIgnoredDuringExecution:
+    {{- toYaml (list $term) | nindent 4 }}
+{{- else }}
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        {{- toYaml $term | nindent 8 }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{- define "redlock-elector.topologySpread" -}}
+{{- $w := .values.workload -}}
+{{- if $w.topologySpreadConstraints -}}
+{{- toYaml $w.topologySpreadConstraints -}}
+{{- else if ne $w.spreadPreset "none" -}}
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      {{- toYaml .selector | nindent 6 }}
+{{- end -}}
+{{- end -}}

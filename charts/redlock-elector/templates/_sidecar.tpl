@@ -1,5 +1,5 @@
 {{/*
-The sidecar, as pieces of a pod spec. Public API for parent charts (see the Helm section of the project README):
+The sidecar, as pieces of a pod spec. Public API for parent charts (see docs/operating/install.md in the project repository):
 
   redlock-elector.sidecar.container   the container, one list item ("- name: ...")
   redlock-elector.initContainers      the container if sidecar.native (else empty)

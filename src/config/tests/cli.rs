@@ -166,6 +166,7 @@ fn hidden_test_only_switches() {
         quarantine_off: true,
         clock_check_off: false,
         no_named_successor: true,
+        release_proof_check_off: false,
     };
     assert_eq!(c.unsafe_switches, want);
     let mut e = env();

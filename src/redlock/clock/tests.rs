@@ -262,6 +262,7 @@ fn the_switch_turns_detection_off() {
 fn without_rewatching_a_long_gap_hides_a_step() {
     let p = Policy {
         rewatch_after_gap: false,
+        proof_check: true,
         ..policy()
     };
     let mut w = Watch::default();

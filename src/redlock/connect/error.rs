@@ -62,7 +62,7 @@ impl Reason {
             }
             Reason::Noperm => {
                 "grant the ACL user the denied command, and keys and channels under lease.keyPrefix \
-                 (README: the minimal ACL)"
+                 (the minimal ACL in docs/operating/managed-redis.md)"
             }
             Reason::Refused => {
                 "check the endpoint's host and port and that Redis is running there (and no \

@@ -40,6 +40,17 @@ impl CommandError {
     }
 }
 
+/// A script's reply with the reading it carried.
+#[derive(Debug)]
+pub struct Reply {
+    /// The reply after the leading `TIME`.
+    pub items: Vec<Value>,
+    /// The server (`run_id`) behind the connection that answered.
+    pub run_id: Arc<str>,
+    /// When the reply arrived.
+    pub received: Instant,
+}
+
 impl Node {
     /// Run a script by SHA with the per-node timeout; records latency and errors. The node's
     /// `TIME`, which every script returns first, is taken as a clock reading (before the caller
@@ -50,6 +61,17 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Vec<Value>, CommandError> {
+        self.eval_read(script, keys, args).await.map(|r| r.items)
+    }
+
+    /// [`Node::eval`], also returning which server answered and when the reply arrived: the
+    /// reading a release proof is taken at ([`Node::prove`]).
+    pub async fn eval_read(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Reply, CommandError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
         let started = Instant::now();
@@ -59,9 +81,14 @@ impl Node {
             };
             match items.first() {
                 Some(&Value::Int(node_us)) => {
-                    self.observe(&run_id, node_us, started, Instant::now());
+                    let received = Instant::now();
+                    self.observe(&run_id, node_us, started, received);
                     items.remove(0);
-                    Ok(items)
+                    Ok(Reply {
+                        items,
+                        run_id,
+                        received,
+                    })
                 }
                 _ => Err(CommandError::Malformed),
             }

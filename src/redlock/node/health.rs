@@ -7,6 +7,38 @@ use super::info::{Exclusion, Info, classify, exclusion_changed, keep_running_qua
 use super::{Node, lock, mono_us};
 use crate::redlock::clock::{self, Reading, Seen};
 
+/// Why a node's vote does not count (yet), for the log, `/leader` and the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Wait {
+    /// This sidecar is still watching the node's clock (ttl + margin after its first reading):
+    /// a fresh sidecar, a node that restarted, or a long gap between readings.
+    ClockWatch,
+    /// The node's clock jumped; quarantined for ttl + margin from the detection.
+    ClockJump,
+    /// The node restarted recently (uptime below ttl + 1 s, or a new run_id).
+    RestartQuarantine,
+    /// No verified connection.
+    Unreachable,
+    /// The node is a replica: never counts.
+    Replica,
+    /// The node's maxmemory-policy can evict keys: never counts.
+    EvictionPolicy,
+}
+
+impl Wait {
+    /// The name in logs, `/leader` and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wait::ClockWatch => "clock_watch",
+            Wait::ClockJump => "clock_jump",
+            Wait::RestartQuarantine => "restart_quarantine",
+            Wait::Unreachable => "unreachable",
+            Wait::Replica => "replica",
+            Wait::EvictionPolicy => "eviction_policy",
+        }
+    }
+}
+
 /// What the handshake learned about the node.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Health {
@@ -101,6 +133,33 @@ impl Node {
             Some(_) => true,
         };
         excluded || (self.clock_policy.enabled && h.clock.quarantined_at(mono_us(now)))
+    }
+
+    /// Why this node's vote does not count at `now`, if it does not, and when it will (if
+    /// nothing changes meanwhile; `None`: not by waiting).
+    pub fn wait(&self, now: Instant) -> Option<(Wait, Option<Instant>)> {
+        if !self.is_up() {
+            return Some((Wait::Unreachable, None));
+        }
+        if self.counts(now) {
+            return None;
+        }
+        let h = lock(&self.health);
+        let from = self.counts_from_locked(&h);
+        let reason = match &h.exclusion {
+            Some(Exclusion::Replica) => return Some((Wait::Replica, None)),
+            Some(Exclusion::Evicting(_)) => return Some((Wait::EvictionPolicy, None)),
+            Some(Exclusion::Restarted { until })
+                if self.quarantine == super::Quarantine::Enforced && now < *until =>
+            {
+                Wait::RestartQuarantine
+            }
+            _ if self.clock_policy.enabled && h.clock.quarantined_at(mono_us(now)) => {
+                Wait::ClockJump
+            }
+            _ => Wait::ClockWatch,
+        };
+        Some((reason, from))
     }
 
     /// Refresh the quarantine and eligibility gauges (called at scrape time).

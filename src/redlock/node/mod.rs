@@ -20,7 +20,8 @@ mod health;
 pub mod info;
 mod subscription;
 
-pub use command::CommandError;
+pub use command::{CommandError, Reply};
+pub use health::Wait;
 pub use info::{Exclusion, Info, Quarantine, classify, classify_at, counts_from_at, parse_info};
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,11 +140,45 @@ impl Node {
     /// unknown (no clock reading yet) or never (replica, evicting policy).
     pub fn counts_from(&self) -> Option<Instant> {
         let h = lock(&self.health);
+        self.counts_from_locked(&h)
+    }
+
+    fn counts_from_locked(&self, h: &Health) -> Option<Instant> {
         counts_from_at(
             h.exclusion.as_ref(),
             self.quarantine,
             h.clock.counts_from(&self.clock_policy).map(instant_of),
         )
+    }
+
+    /// From when a yes from this node would count if it came with a release proof (the clock
+    /// watch need not have run for the window; everything else is as [`Node::counts_from`]).
+    pub fn counts_with_proof_from(&self) -> Option<Instant> {
+        let h = lock(&self.health);
+        counts_from_at(
+            h.exclusion.as_ref(),
+            self.quarantine,
+            h.clock
+                .counts_with_proof_from(&self.clock_policy)
+                .map(instant_of),
+        )
+    }
+
+    /// Whether a yes with a release proof would count at `now`.
+    pub fn counts_with_proof(&self, now: Instant) -> bool {
+        self.counts_with_proof_from()
+            .is_some_and(|from| now >= from)
+    }
+
+    /// Take a release proof that server `run_id` gave in the reply that arrived at `received`
+    /// ([`clock::Watch::prove`]); true if the node counts from then on.
+    pub fn prove(&self, run_id: &str, received: Instant) -> bool {
+        lock(&self.health).clock.prove(run_id, mono_us(received))
+    }
+
+    /// Whether the release-proof check is on (off only under the test-only switch).
+    pub fn proof_check(&self) -> bool {
+        self.clock_policy.proof_check
     }
 
     /// Whether a verified connection is up.

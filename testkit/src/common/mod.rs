@@ -35,6 +35,12 @@ pub struct View {
     /// Whether this sidecar's own candidate record says ready.
     #[serde(default)]
     pub candidate_ready: bool,
+    /// Why a quorum does not count this sidecar's votes yet (`clock_watch`, ...).
+    #[serde(default)]
+    pub waiting_for: Option<String>,
+    /// Milliseconds until a quorum counts (0: it does).
+    #[serde(default)]
+    pub quorum_counts_in_ms: Option<u64>,
 }
 
 /// A port nobody listens on right now, and one this test process has never handed out before.

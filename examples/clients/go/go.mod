@@ -1,0 +1,3 @@
+module example.com/redlock-elector-client
+
+go 1.21
