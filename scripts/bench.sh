@@ -6,7 +6,7 @@
 #   ./scripts/bench.sh                  full run (about 5 minutes)
 #   ./scripts/bench.sh --quick          few iterations (CI: scripts/check-bench.sh)
 #   ./scripts/bench.sh --json           the figures as JSON on stdout (progress on stderr)
-#   ./scripts/bench.sh --only acquire,tls,handover,restart,failover,rollout,load,fanout,footprint,binary,endpoints,real-node
+#   ./scripts/bench.sh --only acquire,tls,handover,restart,failover,rollout,load,fanout,footprint,fleet,binary,endpoints,real-node
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh

@@ -297,13 +297,15 @@ impl ProbeKeys {
     /// (the denial: PTTL), renew (PEXPIRE), release naming a successor (DEL, SET PX of the
     /// reservation, PUBLISH on the lease's channel), acquire by someone else while reserved
     /// (denied), then by the successor (consumes the reservation: DEL), release; then a
-    /// candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL) and withdrawn (HDEL).
+    /// candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL), a follower's watch (GET,
+    /// HGETALL, HSET, PEXPIRE) of the free key, and the record withdrawn (HDEL).
     #[rustfmt::skip] // One line per step: the table reads best unwrapped.
-    fn steps<'a>(&'a self, s: &'a Scripts) -> [ProbeStep<'a>; 9] {
+    fn steps<'a>(&'a self, s: &'a Scripts) -> [ProbeStep<'a>; 10] {
         let three = vec![&*self.probe, &*self.epoch, &*self.next];
         let two = vec![&*self.probe, &*self.epoch];
         let released = vec![&*self.probe, &*self.next];
         let hash = vec![&*self.candidates];
+        let watched = vec![&*self.probe, &*self.candidates, &*self.epoch];
         let (value, other, next, ttl) = (&*self.value, &*self.other, &*self.successor, &*self.ttl_ms);
         let step = ProbeStep::new;
         [
@@ -315,6 +317,7 @@ impl ProbeKeys {
             step("acquire by the successor", &s.acquire, three, vec![next, ttl, "0", "take", "check-config-successor"], Some(1)),
             step("release", &s.release, released, vec![next, &self.channel, &self.notice, "", "0"], Some(1)),
             step("candidate record", &s.candidates, hash.clone(), vec!["check-config", ttl, "0", "0", "0", "0", ""], None),
+            step("watch", &s.watch, watched, vec!["check-config", ttl, "0", "0", "0", "0", "", ""], None),
             step("candidate withdrawal", &s.candidates, hash, vec!["check-config", ttl, "withdraw", "0", "0", "0", ""], None),
         ]
     }

@@ -15,6 +15,7 @@ pub const SECTIONS: &[&str] = &[
     "load",
     "fanout",
     "footprint",
+    "fleet",
     "binary",
     "endpoints",
     "real-node",

@@ -142,6 +142,23 @@ pub fn subscribe_notices(port: u16, channel: &str, tx: mpsc::Sender<Instant>) {
     });
 }
 
+/// `INFO commandstats`: calls per command (lower case), those run inside scripts included.
+pub fn command_stats(node: &Redis) -> std::collections::BTreeMap<String, u64> {
+    let text = node.cli(&["INFO", "commandstats"]).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .trim()
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
 /// From `INFO commandstats`: (commands clients sent, all commands including those run inside
 /// scripts). Client commands are the ones a sidecar sends at top level.
 pub fn command_counts(node: &Redis) -> (u64, u64) {
@@ -150,23 +167,13 @@ pub fn command_counts(node: &Redis) -> (u64, u64) {
         "evalsha", "eval", "info", "script", "subscribe", "unsubscribe", "ping", "client",
         "hello", "select", "auth",
     ];
-    let text = node.cli(&["INFO", "commandstats"]).unwrap_or_default();
-    let (mut top, mut all) = (0, 0);
-    for l in text.lines() {
-        let Some((name, rest)) = l.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
-            continue;
-        };
-        let calls: u64 = rest
-            .split(',')
-            .find_map(|f| f.strip_prefix("calls="))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        all += calls;
-        if TOP_LEVEL.contains(&name) {
-            top += calls;
-        }
-    }
-    (top, all)
+    let stats = command_stats(node);
+    let top = stats
+        .iter()
+        .filter(|(name, _)| TOP_LEVEL.contains(&name.as_str()))
+        .map(|(_, c)| c)
+        .sum();
+    (top, stats.values().sum())
 }
 
 /// Resident memory of process `pid` in KiB.

@@ -7,7 +7,7 @@
 //!   ./scripts/bench.sh [--quick] [--json]
 //!
 //! Sections (`args::SECTIONS`): `acquire`, `tls`, `handover`, `restart`, `failover`, `rollout`, `load`,
-//! `fanout`, `footprint`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's. `--quick` runs few
+//! `fanout`, `footprint`, `fleet`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's. `--quick` runs few
 //! iterations (CI); figures are printed, nothing ever fails on timing. The process exits
 //! non-zero only when the benchmark itself breaks (a sidecar that never leads, a missing
 //! `redis-server`). Run by `cargo test --all-targets` (a debug build, no arguments) it does
@@ -87,7 +87,7 @@ fn main() {
 fn run_sections(rt: &tokio::runtime::Runtime, o: &Opts) -> Report {
     // Five shared nodes (ttl 1s sections) and three dedicated ones (footprint, Redis load).
     let shared: Vec<Redis> = (0..5).map(|_| Redis::start()).collect();
-    let dedicated: Vec<Redis> = if o.wants("footprint") {
+    let dedicated: Vec<Redis> = if o.wants("footprint") || o.wants("fleet") {
         (0..3).map(|_| Redis::start()).collect()
     } else {
         vec![]
@@ -121,6 +121,9 @@ fn run_sections(rt: &tokio::runtime::Runtime, o: &Opts) -> Report {
     }
     if o.wants("footprint") {
         scenarios::footprint::run(o, &mut rep, &dedicated.iter().collect::<Vec<_>>());
+    }
+    if o.wants("fleet") {
+        scenarios::fleet::run(o, &mut rep, &dedicated.iter().collect::<Vec<_>>());
     }
     if o.wants("binary") {
         scenarios::footprint::binary_size(&mut rep);

@@ -5,8 +5,8 @@ use tokio::time::Instant;
 
 use super::Elector;
 use crate::leadership::CandidacyView;
-use crate::redlock::OwnRecord;
 use crate::redlock::candidates::{self, Candidate, Rank};
+use crate::redlock::{Observed, OwnRecord};
 
 /// A leader's record lives for this many renewal periods, a follower's for this many retry
 /// periods: one missed refresh does not make a candidate vanish.
@@ -69,7 +69,7 @@ impl Elector {
     pub(super) async fn read_candidates(&self, seat: Seat) -> CandidateRead {
         let (period, pending) = match seat {
             Seat::Leading { pending } => (self.timing.renew_every, pending),
-            Seat::Following => (self.timing.retry_every, false),
+            Seat::Following => (self.watch_period(), false),
         };
         let life = period * RECORD_LIFE_PERIODS;
         match self.rank() {
@@ -99,6 +99,40 @@ impl Elector {
                 ready: false,
             },
         }
+    }
+
+    /// A follower's refresh period ([`crate::redlock::Redlock::watch_period`]); its record
+    /// lives for [`RECORD_LIFE_PERIODS`] of them.
+    pub(super) fn watch_period(&self) -> std::time::Duration {
+        self.redlock.watch_period(self.timing.retry_every)
+    }
+
+    /// A follower's watch round ([`crate::redlock::Redlock::watch`]): who holds the lease on a
+    /// quorum (if anyone), and everyone's records with the own one refreshed (once the rank is
+    /// known), in one script call per node.
+    pub(super) async fn watch_lease(&self) -> (Option<Observed>, CandidateRead) {
+        let life = self.watch_period() * RECORD_LIFE_PERIODS;
+        let rank = self.rank();
+        let ready = rank.is_some() && self.ready();
+        let fields = rank.as_ref().map(|rank| {
+            candidates::fields(candidates::OwnFields {
+                rank,
+                ready,
+                pending: false,
+            })
+        });
+        let mine = fields.as_ref().map(|fields| OwnRecord {
+            identity: &self.identity,
+            fields,
+        });
+        let watched = self.redlock.watch(mine, life).await;
+        // Written only if a quorum took it; either way, not ready is the safe answer.
+        let ready = ready && watched.candidates.is_some();
+        let read = CandidateRead {
+            candidates: watched.candidates,
+            ready,
+        };
+        (watched.held, read)
     }
 
     /// A fresh read of everyone's records without writing the own one (a leader choosing its

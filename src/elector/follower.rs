@@ -1,6 +1,14 @@
 //! The follower: wait for the next attempt (a jittered `retryEvery`, the predicted expiry of
 //! the holder's keys, the moment a quorum counts this sidecar's votes, or a release notice),
 //! attempt, and lead when the attempt wins.
+//!
+//! While someone else holds the lease, the follower does not attempt: it watches
+//! ([`crate::redlock::Redlock::watch`], one script call per node) every watch period and when
+//! the holder's keys can have expired (a crash), which re-reads the holder and its keys'
+//! lifetimes and refreshes the own candidate record; it attempts when a watch finds the lease
+//! no longer held on a quorum, or when a release notice arrives. Without live release notices (subscriptions
+//! down on too many nodes) it watches every `retryEvery`, so a missed notice costs no more than
+//! an attempt cadence would.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
@@ -34,6 +42,10 @@ const FAST_RETRIES: u32 = 3;
 const READY_RECHECK: Duration = Duration::from_millis(50);
 /// While the loop is stalled, no attempt: look again after this.
 const STALLED_RECHECK: Duration = Duration::from_millis(100);
+/// Each watch period is scaled by a factor from this range: below 1, so that the watch's reply
+/// is the clock reading each node needs (the node's own `TIME` read stays idle), and spread so
+/// followers drift apart.
+const WATCH_JITTER: std::ops::Range<f64> = 0.75..0.95;
 
 /// The follower's timers, kept across attempts.
 pub(super) struct Schedule {
@@ -48,6 +60,8 @@ pub(super) struct Schedule {
     free_since: Option<Instant>,
     /// When this sidecar started following (for [`READY_RECHECK`]).
     started: Instant,
+    /// Someone else holds the lease: when the timer fires, watch instead of attempting.
+    watching: bool,
 }
 
 impl Schedule {
@@ -58,6 +72,7 @@ impl Schedule {
             cooldown_until: None,
             free_since: None,
             started: Instant::now(),
+            watching: false,
         }
     }
 }
@@ -68,8 +83,10 @@ enum Wake {
     Stop,
     /// Nothing to attempt yet (answered a step-down request, cooling down, stalled).
     Again,
-    /// The retry timer fired: attempt now.
+    /// The retry timer fired: attempt now (or watch, while someone else holds the lease).
     Timer,
+    /// The own standing changed (e.g. the pod became Ready): refresh the own record now.
+    Standing,
     /// A release notice arrived: attempt once its successor had its chance.
     Notice,
 }
@@ -82,7 +99,13 @@ impl Elector {
             let named = match self.wait_for_attempt(&mut s, stop).await {
                 Wake::Stop => return,
                 Wake::Again => continue,
-                Wake::Timer => false,
+                Wake::Timer if !s.watching => false,
+                Wake::Timer | Wake::Standing => {
+                    if self.watch_round(&mut s).await {
+                        continue;
+                    }
+                    false
+                }
                 Wake::Notice => match self.after_notice(&mut s, stop).await {
                     ControlFlow::Break(()) => return,
                     ControlFlow::Continue(named) => named,
@@ -103,6 +126,7 @@ impl Elector {
                 return Wake::Again;
             }
             _ = self.notices.notified() => Wake::Notice,
+            Ok(()) = self.standing.changed() => Wake::Standing,
             _ = sleep_until(s.next_attempt) => Wake::Timer,
         };
         if stop.is_cancelled() {
@@ -184,6 +208,7 @@ impl Elector {
         self.apply_candidates(read, Seat::Following);
         self.say_why();
         let retry = self.jittered_retry();
+        s.watching = false;
         match outcome {
             Acquire::Acquired(lease) => {
                 s.fast_streak = 0;
@@ -200,7 +225,7 @@ impl Elector {
                 }
                 s.next_attempt = Instant::now() + self.jittered_retry();
             }
-            Acquire::Contended(obs) => self.after_contended(s, obs, retry),
+            Acquire::Contended(obs) => self.after_contended(s, obs),
             Acquire::NoQuorum(obs) => self.after_no_quorum(s, obs, attempted_at, retry),
             Acquire::Error => {
                 s.fast_streak = 0;
@@ -208,27 +233,65 @@ impl Elector {
                 s.next_attempt = Instant::now() + retry;
             }
         }
+        self.recheck_ready(s, record_ready);
+        ControlFlow::Continue(())
+    }
+
+    /// A fresh sidecar whose record could not say ready (its connections were still being
+    /// verified) writes it again within [`READY_RECHECK`] (by a watch, when someone holds the
+    /// lease), during its first ttl.
+    fn recheck_ready(&self, s: &mut Schedule, record_ready: bool) {
         let now = Instant::now();
         let pod_ready = self.standing.borrow().ready && self.rank().is_some();
         if !record_ready && pod_ready && now.saturating_duration_since(s.started) < self.timing.ttl
         {
             s.next_attempt = s.next_attempt.min(now + READY_RECHECK);
         }
-        ControlFlow::Continue(())
     }
 
-    /// Someone else holds the lease: show it, and wake when a quorum of its keys can have
-    /// expired (a crashed leader), if that is sooner than the retry.
-    fn after_contended(&mut self, s: &mut Schedule, obs: Observed, retry: Duration) {
+    /// One watch round; true while someone else holds the lease (it is shown, and the next
+    /// wake planned), false when an attempt may win now.
+    async fn watch_round(&mut self, s: &mut Schedule) -> bool {
+        let (held, read) = self.watch_lease().await;
+        let record_ready = read.ready;
+        self.apply_candidates(read, Seat::Following);
+        self.say_why();
+        match held {
+            Some(obs) => {
+                self.after_contended(s, obs);
+                self.recheck_ready(s, record_ready);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Someone else holds the lease: show it, and watch again when a quorum of its keys can
+    /// have expired (a crashed leader) if that comes before the next watch. Only a watch that
+    /// finds the lease no longer held on a quorum leads to an attempt: a leader that renewed
+    /// meanwhile costs one script call per node, not a denied attempt and its cleanup.
+    fn after_contended(&mut self, s: &mut Schedule, obs: Observed) {
         s.fast_streak = 0;
-        s.free_since = Some(Instant::now() + obs.free_in.unwrap_or_default());
+        let now = Instant::now();
+        s.free_since = Some(now + obs.free_in.unwrap_or_default());
         self.publish(None, obs.holder);
+        let refresh = self.watch_refresh();
         let at_expiry = obs.free_in.map(|d| d + jitter(EXPIRY_JITTER));
-        s.next_attempt = Instant::now() + at_expiry.map_or(retry, |d| d.min(retry));
+        s.next_attempt = now + at_expiry.map_or(refresh, |d| d.min(refresh));
+        s.watching = true;
         // A fresh sidecar becomes a ready candidate when a quorum counts its votes: refresh its
-        // record then, not a retry later.
-        if let Some(at) = self.quorum_counts_soon(Instant::now()) {
+        // record then, not a watch period later.
+        if let Some(at) = self.quorum_counts_soon(now) {
             s.next_attempt = s.next_attempt.min(at);
+        }
+    }
+
+    /// Until the next watch: a jittered watch period while release notices arrive, else a
+    /// jittered `retryEvery` (a release whose notice is lost is found by the next watch).
+    fn watch_refresh(&self) -> Duration {
+        match self.redlock.notices_live() {
+            true => scale(self.watch_period(), WATCH_JITTER),
+            false => self.jittered_retry(),
         }
     }
 

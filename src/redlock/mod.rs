@@ -6,7 +6,8 @@
 //! before sending; validity is `ttl − elapsed − drift`; the deadline is `T1 + ttl − drift`.
 //!
 //! Rooms: the lease values and round results ([`lease`]), one file per round (`acquire`,
-//! `renew`, `release`, `records` for the candidate records), the release notices as the
+//! `renew`, `release`, `records` for the candidate records, `watch` for an idle follower's
+//! refresh), the release notices as the
 //! subscriptions deliver them ([`notices`]), and below them the nodes ([`node`]), their
 //! connections ([`connect`]), scripts ([`scripts`]) and the pure parts ([`math`], [`clock`],
 //! [`candidates`]).
@@ -24,6 +25,7 @@ mod records;
 mod release;
 mod renew;
 pub mod scripts;
+pub mod watch;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -39,6 +41,7 @@ pub use lease::{Acquire, Lease, Observed, identity_of, new_value};
 pub use notices::Notices;
 pub use records::OwnRecord;
 pub use release::{Notice, Successor};
+pub use watch::Watched;
 
 /// Whether a quorum counts this sidecar's votes; if not, why and from when.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -80,6 +83,9 @@ pub struct Redlock {
     /// The lock commands of the current term (or attempt) per node, for the release proof
     /// ([`proof`]).
     term_log: std::sync::Mutex<proof::TermLog>,
+    /// The holder value the last watch saw on a quorum ([`Redlock::watch`]): the watch reads
+    /// the epoch only when the holder changed.
+    watched_holder: std::sync::Mutex<String>,
 }
 
 impl Redlock {
@@ -120,6 +126,7 @@ impl Redlock {
             epoch_seen: AtomicU64::new(0),
             releasing: tokio_util::task::TaskTracker::new(),
             term_log: std::sync::Mutex::new(proof::TermLog::default()),
+            watched_holder: std::sync::Mutex::new(String::new()),
         })
     }
 
@@ -224,5 +231,19 @@ impl Redlock {
     /// of the nodes' clocks, quarantines ending); `None` if that is not known yet.
     pub fn quorum_counts_at(&self) -> Option<Instant> {
         math::quorum_at(self.nodes.iter().map(|n| n.counts_from()), self.quorum())
+    }
+
+    /// How often a follower that knows the holder refreshes what it knows ([`Redlock::watch`]):
+    /// every `retryEvery`, but no more often than the nodes' clocks need a reading (a third of
+    /// the clock window), since that reading is what the round's replies also give.
+    pub fn watch_period(&self, retry_every: Duration) -> Duration {
+        let clock = self.nodes.iter().map(|n| n.clock_refresh()).min();
+        clock.map_or(retry_every, |c| c.max(retry_every))
+    }
+
+    /// Whether release notices reach this sidecar: its subscription is up on a quorum of nodes.
+    /// Then a graceful release wakes it, and it need not poll for one.
+    pub fn notices_live(&self) -> bool {
+        self.nodes.iter().filter(|n| n.subscribed()).count() >= self.quorum()
     }
 }

@@ -62,7 +62,7 @@ impl Redlock {
     }
 }
 
-fn parse_candidates(items: Vec<Value>) -> NodeRecords {
+pub(super) fn parse_candidates(items: Vec<Value>) -> NodeRecords {
     let text = |v: &Value| match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),

@@ -188,6 +188,76 @@ return out
 "#
 );
 
+/// An idle follower's refresh ([`super::watch`]): the holder and the candidates in one atomic
+/// step, the own record refreshed, so a follower that knows the holder needs one call per node
+/// per refresh instead of an acquire attempt, its cleanup and a candidates round. KEYS: lock,
+/// candidates hash, epoch. ARGV: as [`CANDIDATES`] (identity '' = only read; never
+/// `withdraw`), then the holder value the follower last saw.
+/// Returns `{now, pttl_ms (-2 when free), holder_value or '', epoch (-1: not read), now, id1,
+/// value1, ...}`: the records as [`CANDIDATES`] returns them, the own one as written. The epoch
+/// is read only when the holder is not the one last seen (a term this follower did not see
+/// begin), so a follower still learns every term's token, as a denied attempt taught it.
+/// Commands: `TIME`, `GET`, `PTTL` (only when held), `HGETALL`, `HSET` and `PEXPIRE` (only with
+/// an identity), `GET` of the epoch (only for a new holder); the ready-since is taken from the
+/// `HGETALL` (no `HGET`), and the hash is kept alive until its latest live record expires (one
+/// `PEXPIRE`, no `PTTL` of the hash): never shorter than [`CANDIDATES`] keeps it, since each of
+/// its records is among those live ones.
+pub const WATCH: &str = concat!(
+    now_us!(),
+    r#"local holder = redis.call('GET', KEYS[1]) or ''
+local pttl = -2
+if holder ~= '' then
+  pttl = redis.call('PTTL', KEYS[1])
+end
+local epoch = -1
+if holder ~= '' and holder ~= ARGV[8] then
+  epoch = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+end
+local all = redis.call('HGETALL', KEYS[2])
+local out = {now, pttl, holder, epoch, now}
+local old = nil
+local last = 0
+for i = 1, #all, 2 do
+  local e = tonumber(string.match(all[i + 1], '^(%d+)|'))
+  if e and e > now then
+    if all[i] == ARGV[1] then
+      old = all[i + 1]
+    else
+      out[#out + 1] = all[i]
+      out[#out + 1] = all[i + 1]
+    end
+    if e > last then
+      last = e
+    end
+  else
+    redis.call('HDEL', KEYS[2], all[i])
+  end
+end
+if ARGV[1] ~= '' then
+  local since = 0
+  if ARGV[3] == '1' then
+    since = now
+    if old then
+      local os = tonumber(string.match(old, '^%d+|(%d+)|'))
+      if os and os > 0 then
+        since = os
+      end
+    end
+  end
+  local expiry = now + tonumber(ARGV[2]) * 1000
+  local value = string.format('%.0f|%.0f|%s|%s|%s|%s', expiry, since, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  redis.call('HSET', KEYS[2], ARGV[1], value)
+  out[#out + 1] = ARGV[1]
+  out[#out + 1] = value
+  if expiry > last then
+    last = expiry
+  end
+  redis.call('PEXPIRE', KEYS[2], string.format('%.0f', math.ceil((last - now) / 1000)))
+end
+return out
+"#
+);
+
 /// The scripts by role.
 pub struct Scripts {
     /// [`ACQUIRE`].
@@ -198,12 +268,20 @@ pub struct Scripts {
     pub release: Script,
     /// [`CANDIDATES`].
     pub candidates: Script,
+    /// [`WATCH`].
+    pub watch: Script,
 }
 
 impl Scripts {
     /// Every script, for loading.
-    pub fn all(&self) -> [&Script; 4] {
-        [&self.acquire, &self.renew, &self.release, &self.candidates]
+    pub fn all(&self) -> [&Script; 5] {
+        [
+            &self.acquire,
+            &self.renew,
+            &self.release,
+            &self.candidates,
+            &self.watch,
+        ]
     }
 }
 
@@ -212,6 +290,7 @@ static ALL: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     renew: Script::new("renew", RENEW),
     release: Script::new("release", RELEASE),
     candidates: Script::new("candidates", CANDIDATES),
+    watch: Script::new("watch", WATCH),
 });
 
 /// The scripts, hashed once.

@@ -86,9 +86,9 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
     ]);
     #[rustfmt::skip]
     rep.add("redis-load", vec![
-        Spec::info("leader: commands sent/s (sum over 3 nodes)", leader.commands, "cmd/s", "INFO commandstats deltas of top-level commands: renew script every ttl/3 + INFO health check 1/s, per node"),
+        Spec::info("leader: commands sent/s (sum over 3 nodes)", leader.commands, "cmd/s", "INFO commandstats deltas of top-level commands: renew and candidates scripts every ttl/3 + INFO every third of ttl + margin, per node"),
         Spec::info("leader: Redis ops/s incl. inside scripts", leader.ops, "ops/s", "every command Redis ran, also GET/PEXPIRE/SET inside the Lua scripts"),
-        Spec::info("follower: commands sent/s (sum over 3 nodes)", fcmd, "cmd/s", "(leader+follower) - leader: acquire script + cleanup release script per retry (~1/s) + INFO 1/s, per node"),
+        Spec::info("follower: commands sent/s (sum over 3 nodes)", fcmd, "cmd/s", "(leader+follower) - leader: one watch script per watch period (~2.9 s at the defaults) + INFO every ~3.4 s, per node"),
         Spec::info("follower: Redis ops/s incl. inside scripts", fops, "ops/s", ""),
     ]);
 }

@@ -4,6 +4,7 @@
 pub mod acquire;
 pub mod failover;
 pub mod fanout;
+pub mod fleet;
 pub mod footprint;
 pub mod handover;
 pub mod load;

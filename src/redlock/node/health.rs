@@ -48,6 +48,9 @@ pub(super) struct Health {
     pub(super) exclusion: Option<Exclusion>,
     /// The node's clock as this sidecar has watched it.
     pub(super) clock: clock::Watch,
+    /// When the latest clock reading was sent (any reply's `TIME`): the maintenance task reads
+    /// the clock itself only when no other reply did for a while.
+    pub(super) last_reading: Option<Instant>,
 }
 
 impl Node {
@@ -58,9 +61,11 @@ impl Node {
             sent_us: mono_us(sent),
             received_us: mono_us(received),
         };
-        let seen = lock(&self.health)
-            .clock
-            .observe(run_id, reading, &self.clock_policy);
+        let seen = {
+            let mut h = lock(&self.health);
+            h.last_reading = h.last_reading.max(Some(sent));
+            h.clock.observe(run_id, reading, &self.clock_policy)
+        };
         if let Seen::Resumed { gap_us } = seen {
             tracing::debug!(
                 endpoint = %self.endpoint.name,

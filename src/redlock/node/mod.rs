@@ -24,6 +24,7 @@ pub use command::{CommandError, Reply};
 pub use health::Wait;
 pub use info::{Exclusion, Info, Quarantine, classify, classify_at, counts_from_at, parse_info};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -81,6 +82,8 @@ pub struct Node {
     health: Mutex<Health>,
     /// Wakes the maintenance task when a command saw the connection break.
     broken: Notify,
+    /// Whether the release-notice subscription is up (an idle follower relies on it).
+    subscribed: AtomicBool,
     /// Per-command timeout.
     timeout: Duration,
     /// Connect + handshake timeout.
@@ -123,6 +126,7 @@ impl Node {
             conn: Mutex::new(None),
             health: Mutex::new(Health::default()),
             broken: Notify::new(),
+            subscribed: AtomicBool::new(false),
             timeout: redis.timeout,
             connect_timeout: redis.connect_timeout,
             ttl,
@@ -191,6 +195,11 @@ impl Node {
     /// Whether a verified connection is up.
     pub fn is_up(&self) -> bool {
         lock(&self.conn).is_some()
+    }
+
+    /// Whether the release-notice subscription is up.
+    pub fn subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::SeqCst)
     }
 }
 

@@ -2,6 +2,7 @@
 //! message to the [`Notices`], and resubscribe with backoff when the session ends.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -29,6 +30,23 @@ enum SessionEnd {
     /// The server closed the subscription (the connection dropped).
     #[error("subscription closed")]
     Closed,
+}
+
+/// Marks the subscription up for as long as it lives: dropped when the session ends, however
+/// it ends (closed, or cancelled at shutdown).
+struct Subscribed<'a>(&'a AtomicBool);
+
+impl<'a> Subscribed<'a> {
+    fn new(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        Subscribed(flag)
+    }
+}
+
+impl Drop for Subscribed<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Node {
@@ -79,6 +97,7 @@ impl Node {
             self.subscription_failed(ConnectError::from_redis(&e, self.connector.is_tls()))
         })?;
         self.subscribe_failures.succeeded();
+        let _up = Subscribed::new(&self.subscribed);
         let mut stream = ps.into_on_message();
         while let Some(msg) = stream.next().await {
             notices.post(&msg.get_payload::<String>().unwrap_or_default());
