@@ -16,6 +16,7 @@ mod fault_schedule;
 mod fresh_handover;
 mod kube_labels;
 mod managed_redis;
+mod mixed_versions;
 mod redis_faults;
 mod release;
 mod rollout;
