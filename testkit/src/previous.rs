@@ -1,23 +1,30 @@
 //! The previous release's sidecar binary, built from git, for the tests where sidecars of two
 //! releases contend for one lease (a `helm upgrade` runs both for a while).
 //!
-//! [`build`] extracts the commit's tree with `git archive` into `target/previous-<commit>/src`
-//! and builds it there with `CARGO_TARGET_DIR` set to this repository's own target directory
-//! and the profile of the running test (`debug` for the suite, `release` for the benchmark).
-//! Both trees have the same `Cargo.lock`, so the dependencies are the ones already compiled
-//! there and only the old package (and its test harness, below) is compiled: about a minute.
-//! The binary is kept as `target/previous-<commit>/<profile>/redlock-elector`, so later runs
-//! reuse it at once.
+//! [`build`] extracts the commit's tree with `git archive` and builds it with `CARGO_TARGET_DIR`
+//! set to this repository's own target directory and the profile of the running test (`debug`
+//! for the suite, `release` for the benchmark). Both trees have the same `Cargo.lock`, so the
+//! dependencies are the ones already compiled there and only the old package and its test
+//! harness are compiled: about a minute. The binary is kept as
+//! `target/previous-<commit>/<profile>/redlock-elector`, so later runs reuse it at once.
 //!
-//! The old `src/main.rs` is built as an *example* named `redlock-elector` (two lines appended
-//! to the extracted `Cargo.toml`; same crate name, same code, same dependencies), not as the
-//! package's bin, for two reasons:
-//! - cargo links a bin to `target/<profile>/redlock-elector`, the very file the running suite
-//!   starts as the new release; an example goes to `target/<profile>/examples/`;
-//! - an example pulls in the dev-dependencies, so cargo resolves every dependency with the
-//!   same features as `cargo test` did. A plain `cargo build --bin` resolves fewer features
-//!   (no dev-dependency unifies them) and recompiles 23 crates, k8s-openapi among them: 11.5
+//! Three changes to the extracted tree make sharing the target directory work; the code
+//! compiled is the commit's own:
+//! - It becomes the member `previous/` of a workspace `target/previous-<commit>/workspace`
+//!   (same lock file, same resolver). Cargo names a path package's artifacts by its name,
+//!   version and path *relative to its workspace root*; as a workspace root itself, the old
+//!   `redlock-elector` (and `testkit`) would get exactly the file names of this tree's own,
+//!   overwrite them, and leave this tree's next `cargo test` linking the old library.
+//! - Its `src/main.rs` is built as an *example* named `redlock-elector` (`autobins = false`):
+//!   cargo links a bin to `target/<profile>/redlock-elector`, the very file the running suite
+//!   starts as the new release, and an example goes to `target/<profile>/examples/`.
+//! - An example also pulls in the dev-dependencies, so every dependency is resolved with the
+//!   same features as in `cargo test`. A plain `cargo build --bin` resolves fewer features (no
+//!   dev-dependency unifies them) and recompiles 23 crates, k8s-openapi among them: 11.5
 //!   minutes on a loaded 2-core machine instead of about one.
+//!
+//! The build runs without the variables cargo sets for the test process (see
+//! [`set_by_cargo`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -68,8 +75,8 @@ pub fn build(commit: &str) -> Built {
     let out = dir.join(&profile_name);
     std::fs::create_dir_all(&out)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", out.display()));
-    let src = extract(commit, &dir);
-    let built = cargo_build(&src, &target, profile_name == "release");
+    let workspace = extract(commit, &dir);
+    let built = cargo_build(&workspace, &target, profile_name == "release");
     // Copied (cargo may replace its own copy later) under a private name, then renamed: two
     // test processes may build at once.
     let tmp = out.join(format!("redlock-elector.{}", std::process::id()));
@@ -91,12 +98,13 @@ fn git(args: &[&str]) -> Command {
     cmd
 }
 
-/// The commit's tree in `<dir>/src`, its `src/main.rs` declared as the example
-/// `redlock-elector` (extracted once; a partial extraction never gets that name).
+/// The commit's tree as the member `previous/` of a workspace `<dir>/workspace` (see the module
+/// doc), its `src/main.rs` declared as the example `redlock-elector`. Extracted once; a partial
+/// extraction never gets that name.
 fn extract(commit: &str, dir: &Path) -> PathBuf {
-    let src = dir.join("src");
-    if src.join("Cargo.toml").is_file() {
-        return src;
+    let workspace = dir.join("workspace");
+    if workspace.join("Cargo.lock").is_file() {
+        return workspace;
     }
     let found = git(&[
         "rev-parse",
@@ -120,10 +128,11 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
          `git fetch origin {commit}`); a source tree without .git cannot run these tests",
         crate::repo().display()
     );
-    let partial = dir.join(format!("src.{}", std::process::id()));
+    let partial = dir.join(format!("workspace.{}", std::process::id()));
+    let tree = partial.join("previous");
     let _ = std::fs::remove_dir_all(&partial);
-    std::fs::create_dir_all(&partial)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", partial.display()));
+    std::fs::create_dir_all(&tree)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", tree.display()));
     let mut archive = git(&["archive", "--format=tar", commit])
         .stdout(Stdio::piped())
         .spawn()
@@ -131,7 +140,7 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
     let tar = Command::new("tar")
         .arg("-x")
         .arg("-C")
-        .arg(&partial)
+        .arg(&tree)
         .stdin(archive.stdout.take().expect("piped stdout"))
         .status()
         .unwrap_or_else(|e| {
@@ -141,48 +150,73 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
     assert!(
         archived.success() && tar.success(),
         "`git archive {commit} | tar -x -C {}` failed (git: {archived}, tar: {tar})",
-        partial.display()
+        tree.display()
     );
-    let manifest = partial.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", manifest.display()));
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+    };
+    let write = |p: &Path, text: &str| {
+        std::fs::write(p, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", p.display()))
+    };
+    let manifest = tree.join("Cargo.toml");
+    let text = read(&manifest);
+    const WORKSPACE: &str = "[workspace]\n\
+        # testkit: the harness the integration tests and the benchmark share (dev-only, never published).\n\
+        members = [\"testkit\"]\n";
     assert!(
-        text.contains("[package]\n") && !text.contains("[[bin]]") && !text.contains("autobins"),
-        "the Cargo.toml of {commit} has another shape than this harness expects (one package, \
-         an inferred bin): adapt testkit/src/previous.rs"
+        text.contains("[package]\n")
+            && text.contains(WORKSPACE)
+            && !text.contains("[[bin]]")
+            && !text.contains("autobins")
+            && !text.contains("[profile"),
+        "the Cargo.toml of {commit} has another shape than testkit/src/previous.rs expects (a \
+         workspace of the package and testkit, an inferred bin, no profiles): adapt it"
     );
-    // No bin (`autobins = false`): its `src/main.rs` is the example (see the module doc).
-    let text = text.replacen("[package]\n", "[package]\nautobins = false\n", 1)
-        + "\n# Added by testkit/src/previous.rs: the old binary, built as an example.\n\
+    // The package: no bin, its `src/main.rs` as the example; no longer a workspace root.
+    let text = text
+        .replacen("[package]\n", "[package]\nautobins = false\n", 1)
+        .replacen(WORKSPACE, "", 1)
+        + "\n# Added by testkit/src/previous.rs: the binary, built as an example.\n\
            [[example]]\nname = \"redlock-elector\"\npath = \"src/main.rs\"\n";
-    std::fs::write(&manifest, text)
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", manifest.display()));
+    write(&manifest, &text);
+    // The workspace around it: the same members, lock file and resolver (edition 2024's
+    // default, which a virtual manifest must name).
+    write(
+        &partial.join("Cargo.toml"),
+        "# Added by testkit/src/previous.rs: the previous release as a member `previous/`, so its\n\
+         # artifacts do not collide with this tree's in a shared target directory.\n\
+         [workspace]\nmembers = [\"previous\", \"previous/testkit\"]\nresolver = \"3\"\n",
+    );
+    std::fs::rename(tree.join("Cargo.lock"), partial.join("Cargo.lock"))
+        .unwrap_or_else(|e| panic!("cannot move the Cargo.lock of {commit}: {e}"));
     // Another process may have finished first: its tree is the same commit.
-    if std::fs::rename(&partial, &src).is_err() {
+    if std::fs::rename(&partial, &workspace).is_err() {
         let _ = std::fs::remove_dir_all(&partial);
         assert!(
-            src.join("Cargo.toml").is_file(),
+            workspace.join("Cargo.lock").is_file(),
             "cannot move the extracted tree to {}",
-            src.display()
+            workspace.display()
         );
     }
-    src
+    workspace
 }
 
-/// `cargo build [--release] --locked --example redlock-elector` in `src` with the shared target
-/// directory; returns the executable cargo reports.
-fn cargo_build(src: &Path, target: &Path, release: bool) -> PathBuf {
+/// `cargo build [--release] --locked -p redlock-elector --example redlock-elector` in
+/// `workspace` with the shared target directory; returns the executable cargo reports.
+fn cargo_build(workspace: &Path, target: &Path, release: bool) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(&cargo)
         .arg("build")
         .args(release.then_some("--release"))
         .args([
             "--locked",
+            "--package",
+            "redlock-elector",
             "--example",
             "redlock-elector",
             "--message-format=json-render-diagnostics",
         ])
-        .current_dir(src)
+        .current_dir(workspace)
         .env_clear()
         .envs(std::env::vars_os().filter(|(k, _)| !set_by_cargo(k)))
         .env("CARGO_TARGET_DIR", target)
@@ -192,7 +226,7 @@ fn cargo_build(src: &Path, target: &Path, release: bool) -> PathBuf {
     assert!(
         out.status.success(),
         "building the previous release in {} failed ({}): see cargo's output above",
-        src.display(),
+        workspace.display(),
         out.status
     );
     String::from_utf8_lossy(&out.stdout)
@@ -203,7 +237,7 @@ fn cargo_build(src: &Path, target: &Path, release: bool) -> PathBuf {
         .unwrap_or_else(|| {
             panic!(
                 "cargo built the previous release in {} but reported no redlock-elector executable",
-                src.display()
+                workspace.display()
             )
         })
 }
