@@ -5,7 +5,8 @@
 //!   rolling-update driver;
 //! - [`fault`]: the fault-injecting TCP proxy and the single-leader checker;
 //! - [`fakeapi`]: the fake Kubernetes API server (faults a real one cannot produce on demand);
-//! - [`cluster`]: a real control plane and the stand-in kubelet.
+//! - [`cluster`]: a real control plane and the stand-in kubelet;
+//! - [`previous`]: the previous release's sidecar binary, built from git (mixed-version tests).
 
 // `new()` here starts processes or makes certificates: a `Default` would hide that.
 #![allow(clippy::new_without_default)]
@@ -14,6 +15,7 @@ pub mod cluster;
 pub mod common;
 pub mod fakeapi;
 pub mod fault;
+pub mod previous;
 
 use std::path::{Path, PathBuf};
 

@@ -20,6 +20,7 @@ mod fault_schedule;
 mod fresh_handover;
 mod kube_labels;
 mod managed_redis;
+mod mixed_versions;
 mod openapi_live;
 mod redis_faults;
 mod reference_docs;

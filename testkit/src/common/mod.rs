@@ -611,11 +611,22 @@ impl Sidecar {
     }
 
     pub fn start_urls(identity: &str, urls: &[String], opts: &Opts) -> Sidecar {
+        Sidecar::start_bin(std::path::Path::new(binary()), identity, urls, opts)
+    }
+
+    /// Start `bin` rather than [`binary`]: another release of the sidecar (the mixed-version
+    /// tests run the previous release's binary, [`crate::previous`], beside this one).
+    pub fn start_bin(
+        bin: &std::path::Path,
+        identity: &str,
+        urls: &[String],
+        opts: &Opts,
+    ) -> Sidecar {
         let dir = tempdir();
         let log = dir.path().join("sidecar.log");
         let api_port = free_port();
         let ops_port = free_port();
-        let mut cmd = Command::new(binary());
+        let mut cmd = Command::new(bin);
         cmd.args([
             "--identity",
             identity,
@@ -649,7 +660,7 @@ impl Sidecar {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
-            .expect("spawn redlock-elector");
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let s = Sidecar {
             identity: identity.into(),
             api_port,

@@ -286,6 +286,19 @@ impl Checker {
         self.targets[slot].port.store(0, Ordering::SeqCst);
     }
 
+    /// Wait (up to 2 s) until slot `slot` has answered a request sent after this call, so that
+    /// what the caller just saw of it (a term that may end a moment later) is in the record,
+    /// however late a loaded machine schedules the poller.
+    pub fn sync(&self, slot: usize) {
+        let t = &self.targets[slot];
+        // Two more answers: the first may come from a request already in flight.
+        let want = t.answered.load(Ordering::SeqCst) + 2;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while t.answered.load(Ordering::SeqCst) < want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Time since the checker started.
     pub fn now(&self) -> Duration {
         self.t0.elapsed()

@@ -1,0 +1,269 @@
+//! The previous release's sidecar binary, built from git, for the tests where sidecars of two
+//! releases contend for one lease (a `helm upgrade` runs both for a while).
+//!
+//! [`build`] extracts the commit's tree with `git archive` and builds it with `CARGO_TARGET_DIR`
+//! set to this repository's own target directory and the profile of the running test (`debug`
+//! for the suite, `release` for the benchmark). Both trees have the same `Cargo.lock`, so the
+//! dependencies are the ones already compiled there and only the old package and its test
+//! harness are compiled: about a minute. The binary is kept as
+//! `target/previous-<commit>/<profile>/redlock-elector`, so later runs reuse it at once.
+//!
+//! Three changes to the extracted tree make sharing the target directory work; the code
+//! compiled is the commit's own:
+//! - It becomes the member `previous/` of a workspace `target/previous-<commit>/workspace`
+//!   (same lock file, same resolver). Cargo names a path package's artifacts by its name,
+//!   version and path *relative to its workspace root*; as a workspace root itself, the old
+//!   `redlock-elector` (and `testkit`) would get exactly the file names of this tree's own,
+//!   overwrite them, and leave this tree's next `cargo test` linking the old library.
+//! - Its `src/main.rs` is built as an *example* named `redlock-elector` (`autobins = false`):
+//!   cargo links a bin to `target/<profile>/redlock-elector`, the very file the running suite
+//!   starts as the new release, and an example goes to `target/<profile>/examples/`.
+//! - An example also pulls in the dev-dependencies, so every dependency is resolved with the
+//!   same features as in `cargo test`. A plain `cargo build --bin` resolves fewer features (no
+//!   dev-dependency unifies them) and recompiles 23 crates, k8s-openapi among them: 11.5
+//!   minutes on a loaded 2-core machine instead of about one.
+//!
+//! The build runs without the variables cargo sets for the test process (see
+//! [`set_by_cargo`]).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The release before the release proof (issue 25): `main` just before that work.
+pub const PREVIOUS_RELEASE: &str = "6b69a601e089b4b47f724e1f2eb3c2f8038db53a";
+
+/// A previous release's binary and what getting it cost.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The commit it was built from.
+    pub commit: String,
+    /// `target/previous-<commit>/redlock-elector`.
+    pub path: PathBuf,
+    /// Whether it was already there (no build in this process).
+    pub cached: bool,
+    /// How long finding or building it took in this process.
+    pub took: Duration,
+}
+
+/// [`build`] of [`PREVIOUS_RELEASE`], once per test process.
+pub fn previous() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| build(PREVIOUS_RELEASE))
+}
+
+/// The sidecar binary of `commit` (a full hash), built on first use and cached under the
+/// target directory. Panics with the fix when git, the commit or the build fails.
+pub fn build(commit: &str) -> Built {
+    let started = Instant::now();
+    let profile = crate::profile_dir();
+    let (target, profile_name) = match (profile.parent(), profile.file_name()) {
+        (Some(t), Some(p)) => (t.to_path_buf(), p.to_string_lossy().into_owned()),
+        _ => panic!("{} is not target/<profile>", profile.display()),
+    };
+    let dir = target.join(format!("previous-{commit}"));
+    let bin = dir.join(&profile_name).join("redlock-elector");
+    if bin.is_file() {
+        return Built {
+            commit: commit.into(),
+            path: bin,
+            cached: true,
+            took: started.elapsed(),
+        };
+    }
+    let out = dir.join(&profile_name);
+    std::fs::create_dir_all(&out)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", out.display()));
+    let workspace = extract(commit, &dir);
+    let built = cargo_build(&workspace, &target, profile_name == "release");
+    // Copied (cargo may replace its own copy later) under a private name, then renamed: two
+    // test processes may build at once.
+    let tmp = out.join(format!("redlock-elector.{}", std::process::id()));
+    std::fs::copy(&built, &tmp)
+        .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", built.display(), tmp.display()));
+    std::fs::rename(&tmp, &bin).unwrap_or_else(|e| panic!("cannot install {}: {e}", bin.display()));
+    Built {
+        commit: commit.into(),
+        path: bin,
+        cached: false,
+        took: started.elapsed(),
+    }
+}
+
+/// `git` in this repository.
+fn git(args: &[&str]) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(crate::repo()).args(args);
+    cmd
+}
+
+/// The commit's tree as the member `previous/` of a workspace `<dir>/workspace` (see the module
+/// doc), its `src/main.rs` declared as the example `redlock-elector`. Extracted once; a partial
+/// extraction never gets that name.
+fn extract(commit: &str, dir: &Path) -> PathBuf {
+    let workspace = dir.join("workspace");
+    if workspace.join("Cargo.lock").is_file() {
+        return workspace;
+    }
+    let found = git(&[
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        &format!("{commit}^{{commit}}"),
+    ])
+    .stdout(Stdio::null())
+    .status()
+    .unwrap_or_else(|e| {
+        panic!(
+            "cannot run git ({e}): the mixed-version tests build the previous release \
+                 ({commit}) from this repository's history. Install it with \
+                 `sudo apt-get install -y git` (or run ./scripts/test.sh, which does)"
+        )
+    });
+    assert!(
+        found.success(),
+        "the repository at {} has no commit {commit}, the previous release the mixed-version \
+         tests build. In a shallow clone, fetch the history: `git fetch --unshallow` (or \
+         `git fetch origin {commit}`); a source tree without .git cannot run these tests",
+        crate::repo().display()
+    );
+    let partial = dir.join(format!("workspace.{}", std::process::id()));
+    let tree = partial.join("previous");
+    let _ = std::fs::remove_dir_all(&partial);
+    std::fs::create_dir_all(&tree)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", tree.display()));
+    let mut archive = git(&["archive", "--format=tar", commit])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run git archive: {e}"));
+    let tar = Command::new("tar")
+        .arg("-x")
+        .arg("-C")
+        .arg(&tree)
+        .stdin(archive.stdout.take().expect("piped stdout"))
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("cannot run tar ({e}): install it with `sudo apt-get install -y tar`")
+        });
+    let archived = archive.wait().expect("wait for git archive");
+    assert!(
+        archived.success() && tar.success(),
+        "`git archive {commit} | tar -x -C {}` failed (git: {archived}, tar: {tar})",
+        tree.display()
+    );
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+    };
+    let write = |p: &Path, text: &str| {
+        std::fs::write(p, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", p.display()))
+    };
+    let manifest = tree.join("Cargo.toml");
+    let text = read(&manifest);
+    const WORKSPACE: &str = "[workspace]\n\
+        # testkit: the harness the integration tests and the benchmark share (dev-only, never published).\n\
+        members = [\"testkit\"]\n";
+    assert!(
+        text.contains("[package]\n")
+            && text.contains(WORKSPACE)
+            && !text.contains("[[bin]]")
+            && !text.contains("autobins")
+            && !text.contains("[profile"),
+        "the Cargo.toml of {commit} has another shape than testkit/src/previous.rs expects (a \
+         workspace of the package and testkit, an inferred bin, no profiles): adapt it"
+    );
+    // The package: no bin, its `src/main.rs` as the example; no longer a workspace root.
+    let text = text
+        .replacen("[package]\n", "[package]\nautobins = false\n", 1)
+        .replacen(WORKSPACE, "", 1)
+        + "\n# Added by testkit/src/previous.rs: the binary, built as an example.\n\
+           [[example]]\nname = \"redlock-elector\"\npath = \"src/main.rs\"\n";
+    write(&manifest, &text);
+    // The workspace around it: the same members, lock file and resolver (edition 2024's
+    // default, which a virtual manifest must name).
+    write(
+        &partial.join("Cargo.toml"),
+        "# Added by testkit/src/previous.rs: the previous release as a member `previous/`, so its\n\
+         # artifacts do not collide with this tree's in a shared target directory.\n\
+         [workspace]\nmembers = [\"previous\", \"previous/testkit\"]\nresolver = \"3\"\n",
+    );
+    std::fs::rename(tree.join("Cargo.lock"), partial.join("Cargo.lock"))
+        .unwrap_or_else(|e| panic!("cannot move the Cargo.lock of {commit}: {e}"));
+    // Another process may have finished first: its tree is the same commit.
+    if std::fs::rename(&partial, &workspace).is_err() {
+        let _ = std::fs::remove_dir_all(&partial);
+        assert!(
+            workspace.join("Cargo.lock").is_file(),
+            "cannot move the extracted tree to {}",
+            workspace.display()
+        );
+    }
+    workspace
+}
+
+/// `cargo build [--release] --locked -p redlock-elector --example redlock-elector` in
+/// `workspace` with the shared target directory; returns the executable cargo reports.
+fn cargo_build(workspace: &Path, target: &Path, release: bool) -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(&cargo)
+        .arg("build")
+        .args(release.then_some("--release"))
+        .args([
+            "--locked",
+            "--package",
+            "redlock-elector",
+            "--example",
+            "redlock-elector",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(workspace)
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(k, _)| !set_by_cargo(k)))
+        .env("CARGO_TARGET_DIR", target)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", cargo.to_string_lossy()));
+    assert!(
+        out.status.success(),
+        "building the previous release in {} failed ({}): see cargo's output above",
+        workspace.display(),
+        out.status
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "redlock-elector")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| {
+            panic!(
+                "cargo built the previous release in {} but reported no redlock-elector executable",
+                workspace.display()
+            )
+        })
+}
+
+/// Whether `name` is one of the variables cargo sets for the test process it runs (the package's
+/// `CARGO_PKG_*`, `CARGO_MANIFEST_DIR`, ...), as opposed to the user's own settings. A build
+/// started from a test must not see them: build scripts watch some (ring's `build.rs` reruns
+/// when `CARGO_MANIFEST_DIR` or `CARGO_PKG_NAME` change), so cargo would rebuild ring and every
+/// crate above it for this build, and again for the next ordinary `cargo test`.
+fn set_by_cargo(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    [
+        "CARGO_PKG_",
+        "CARGO_MANIFEST_",
+        "CARGO_CFG_",
+        "CARGO_FEATURE_",
+        "CARGO_BIN_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+        || [
+            "CARGO_CRATE_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+            "OUT_DIR",
+        ]
+        .contains(&name.as_ref())
+}
