@@ -35,6 +35,9 @@ setsid scripts/control-plane.sh build > "$CP_BUILD_LOG" 2>&1 < /dev/null &
 CP_BUILD=$!
 trap 'kill -- -"$CP_BUILD" 2>/dev/null || true' EXIT
 
+echo "== the previous release's binary (tests/suite/mixed_versions.rs; built from git once, cached in target/previous-*)"
+cargo test --locked --test suite -- --exact mixed_versions::previous_release_builds_from_git
+
 echo "== cargo test (unit + integration; real redis-server processes, real binary, real signals)"
 cargo test --locked --all-targets -- --test-threads="${TEST_THREADS:-2}" --skip cp_
 
