@@ -1,5 +1,5 @@
 //! Handover after a restart (issue 25): a rolling restart's shape. Every follower is restarted
-//! (a fresh process, which has watched no node's clock yet) 0.5 to 2 s before the leader's
+//! (SIGTERM, then a fresh process, which has watched no node's clock yet) 0.5 to 2 s before the leader's
 //! SIGTERM; the leader's release names one of them, which takes the lease on the release proof
 //! instead of watching the nodes' clocks for ttl + margin first. At ttl 1 s and at the default
 //! ttl 10 s, where that watch used to be the whole gap (8 to 9 s with no leader).
@@ -48,9 +48,11 @@ fn run_ttl(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&R
             .rev()
             .map(|i| trio.sidecars.remove(i))
             .collect();
+        // A rollout stops each old pod with SIGTERM: it withdraws its candidate record, so the
+        // leader names a new pod, not a stopped one.
         for s in &mut gone {
             latest.remove(&s.identity);
-            s.kill();
+            let _ = s.terminate();
         }
         let started = Instant::now();
         for _ in 0..gone.len() {
