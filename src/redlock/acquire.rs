@@ -51,6 +51,10 @@ enum Mode {
     /// Take the key only on a release proof for this identity (a named successor that has not
     /// watched the node's clock long enough).
     Proof,
+    /// Take the key, but its yes never counts (the node does not count yet): as before the
+    /// release proof, an attempt that can win sets its key on every node, so the first renewal
+    /// finds it everywhere.
+    Spare,
     /// Take nothing; report who holds the key.
     Probe,
 }
@@ -60,7 +64,7 @@ impl Mode {
         match (counts, provable) {
             (true, _) => Mode::Take,
             (false, true) => Mode::Proof,
-            (false, false) => Mode::Probe,
+            (false, false) => Mode::Spare,
         }
     }
 
@@ -71,6 +75,7 @@ impl Mode {
             Mode::Take => "take",
             Mode::Proof if !node.proof_check() => "take",
             Mode::Proof => "proof",
+            Mode::Spare => "take",
             Mode::Probe => "probe",
         }
     }
@@ -151,7 +156,11 @@ impl Redlock {
             .iter()
             .map(|n| Mode::of(n.counts(t1), named && n.counts_with_proof(t1)))
             .collect();
-        let can_win = modes.iter().filter(|m| **m != Mode::Probe).count() >= self.quorum();
+        let can_win = modes
+            .iter()
+            .filter(|m| matches!(m, Mode::Take | Mode::Proof))
+            .count()
+            >= self.quorum();
         let n_nodes = self.nodes.len();
         let mut pending: FuturesUnordered<_> = self
             .nodes
@@ -160,10 +169,9 @@ impl Redlock {
             .enumerate()
             .map(|(i, (n, mode))| {
                 let mode = if can_win { mode } else { Mode::Probe };
-                let proposed = if mode == Mode::Probe {
-                    "0"
-                } else {
-                    proposed_arg.as_str()
+                let proposed = match mode {
+                    Mode::Take | Mode::Proof => proposed_arg.as_str(),
+                    Mode::Spare | Mode::Probe => "0",
                 };
                 let seq = self.log_sent(&value, i, n_nodes);
                 let (value, ttl_ms) = (&value, ttl_ms.as_str());
@@ -245,7 +253,7 @@ impl Redlock {
                     && reading.is_some_and(|(run_id, at)| node.prove(&run_id, at))
                     && node.counts(Instant::now())
             }
-            Mode::Probe => false,
+            Mode::Spare | Mode::Probe => false,
         }
     }
 

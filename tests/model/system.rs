@@ -706,7 +706,7 @@ impl System {
                 } else {
                     0
                 },
-                probe: !can_win || !(e2[i] || p2[i]),
+                probe: !can_win,
                 on_proof: p2[i] && check,
             },
         );
