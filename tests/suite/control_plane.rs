@@ -296,14 +296,24 @@ fn cp_the_plain_manifests_pass_the_real_servers_validation() {
     // objects' resourceVersions: kubectl reports the PodDisruptionBudget "configured" on every
     // apply (its selector's patch strategy is `replace`, so the client always sends it), while the
     // server stores nothing new.
+    // An object with a spec is judged by its generation (a controller writing its status, as the
+    // Deployment and disruption controllers still do after the first apply, changes its
+    // resourceVersion but not its generation); one without, by its resourceVersion.
     let versions = || {
         cp.kubectl(&[
             "get",
             "-k",
             example,
             "-o",
-            "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion}{\"\\n\"}{end}",
+            "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.generation}|{.metadata.resourceVersion}{\"\\n\"}{end}",
         ])
+        .lines()
+        .map(|l| match l.split_once('=').and_then(|(k, v)| Some((k, v.split_once('|')?))) {
+            Some((k, ("", rv))) => format!("{k} resourceVersion {rv}"),
+            Some((k, (generation, _))) => format!("{k} generation {generation}"),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
     };
     let before = versions();
     let again = cp.kubectl(&["apply", "-k", example]);
