@@ -408,10 +408,6 @@ fn fresh_successor_needs_the_release_proof() {
     unsafe_sys.handovers = true;
     unsafe_sys.jump_units = 12;
     unsafe_sys.max_rounds = 2;
-    let on = System {
-        defences: Defences::ALL,
-        ..unsafe_sys.clone()
-    };
     let trace = check_with(
         "fresh successor, release proof check off",
         unsafe_sys,
@@ -420,7 +416,23 @@ fn fresh_successor_needs_the_release_proof() {
     )
     .expect("no violation found with the release proof check off");
     assert!(trace.contains("is_leader: true"));
-    if let Some(trace) = check("fresh successor, release proof check on", on, false) {
+}
+
+/// The release-proof hazard's bound with every defence on: no violation. Not in CI: the
+/// exhaustive search at this bound (two jumps beyond the ttl, a successor starting at unit 2)
+/// did not finish within 20 minutes here. CI checks the defence on the hazard's own trace
+/// (`fresh_successor_hazard_replayed`) and exhaustively at horizon 1 with a jump or a lost reply
+/// (`fresh_successor_takes_a_graceful_handover_at_once`).
+#[test]
+#[ignore = "the exhaustive on-check at the hazard's bound: more than 20 minutes"]
+fn fresh_successor_release_proof_on_at_the_hazards_bound() {
+    let mut sys = System::new(2, faults(2, |f| f.jump_forward = true), Defences::ALL);
+    sys.fresh = vec![false, true];
+    sys.connect_at = vec![0, 2];
+    sys.handovers = true;
+    sys.jump_units = 12;
+    sys.max_rounds = 2;
+    if let Some(trace) = check("fresh successor, release proof check on", sys, false) {
         panic!("violation with every defence on:\n{trace}");
     }
 }
