@@ -421,8 +421,7 @@ fn fresh_successor_needs_the_release_proof() {
 /// The release-proof hazard's bound with every defence on: no violation. Not in CI: the
 /// exhaustive search at this bound (two jumps beyond the ttl, a successor starting at unit 2)
 /// did not finish within 20 minutes here. CI checks the defence on the hazard's own trace
-/// (`fresh_successor_hazard_replayed`) and exhaustively at horizon 1 with a jump or a lost reply
-/// (`fresh_successor_takes_a_graceful_handover_at_once`).
+/// (`fresh_successor_hazard_replayed`).
 #[test]
 #[ignore = "the exhaustive on-check at the hazard's bound: more than 20 minutes"]
 fn fresh_successor_release_proof_on_at_the_hazards_bound() {
@@ -439,8 +438,7 @@ fn fresh_successor_release_proof_on_at_the_hazards_bound() {
 
 /// The proof's purpose: a fresh successor named by a graceful release takes the lease at once (a
 /// state where B leads is reachable within one unit, long before its clock watch of 12 units
-/// would let it count a node), and with every defence on no overlap is reachable within the
-/// bound, with a forward jump or a lost reply anywhere.
+/// would let it count a node).
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -458,11 +456,26 @@ fn fresh_successor_takes_a_graceful_handover_at_once() {
     let steps = system::reachable(&quiet, |s| quiet.leaders(s) == vec![1])
         .expect("a fresh B named by A's graceful release never leads within the bound");
     eprintln!("[model] fresh successor: B leads after {steps} steps, before its clock watch ends");
-    let faulty = scenario(faults(1, |f| {
-        f.jump_forward = true;
-        f.reply_loss = true;
-    }));
-    if let Some(trace) = check("fresh successor, every defence on", faulty, false) {
+}
+
+/// With every defence on, no overlap is reachable in the handover scenario with a forward jump or
+/// a lost reply anywhere (horizon 1). Not in CI: the exhaustive search ran more than 4 minutes
+/// here without finishing.
+#[test]
+#[ignore = "exhaustive on-check with faults: more than 4 minutes"]
+fn fresh_successor_handover_with_faults_on() {
+    let mut sys = System::new(
+        1,
+        faults(1, |f| {
+            f.jump_forward = true;
+            f.reply_loss = true;
+        }),
+        Defences::ALL,
+    );
+    sys.fresh = vec![false, true];
+    sys.handovers = true;
+    sys.max_rounds = 2;
+    if let Some(trace) = check("fresh successor, every defence on", sys, false) {
         panic!("violation with every defence on:\n{trace}");
     }
 }
