@@ -123,6 +123,19 @@ pub async fn sse_watch(port: u16, watcher: usize, tx: tokio::sync::mpsc::Unbound
 }
 
 /// Subscribe to `channel` on a node; send the arrival time of every message.
+/// The release notices of `lease` from every node, each copy's arrival time on one channel.
+pub fn lease_notices(nodes: &[&Redis], lease: &str) -> mpsc::Receiver<Instant> {
+    let (tx, rx) = mpsc::channel();
+    for n in nodes {
+        subscribe_notices(
+            n.port,
+            &format!("redlock-elector:{lease}:released"),
+            tx.clone(),
+        );
+    }
+    rx
+}
+
 pub fn subscribe_notices(port: u16, channel: &str, tx: mpsc::Sender<Instant>) {
     let subscribe = resp::command(&["SUBSCRIBE", channel]);
     std::thread::spawn(move || {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::args::Opts;
 use crate::common::{Redis, http};
-use crate::harness::subscribe_notices;
+use crate::harness::lease_notices;
 use crate::report::{Report, Spec, ms_between, pct};
 use crate::scenarios::trio::Trio;
 
@@ -46,14 +46,7 @@ fn run_with(
     } else {
         "bench-handover-race"
     };
-    let (ntx, nrx) = mpsc::channel();
-    for n in nodes {
-        subscribe_notices(
-            n.port,
-            &format!("redlock-elector:{lease}:released"),
-            ntx.clone(),
-        );
-    }
+    let nrx = lease_notices(nodes, lease);
     let mut args = vec!["--ttl", "1s", "--retry-every", "1s"];
     if !named {
         args.push("--no-named-successor");

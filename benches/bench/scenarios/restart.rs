@@ -5,12 +5,11 @@
 //! ttl 10 s, where that watch used to be the whole gap (8 to 9 s with no leader).
 
 use std::collections::HashMap;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::args::Opts;
 use crate::common::Redis;
-use crate::harness::subscribe_notices;
+use crate::harness::lease_notices;
 use crate::report::{Report, Spec, ms_between, pct};
 use crate::scenarios::trio::Trio;
 
@@ -26,14 +25,7 @@ fn run_ttl(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&R
         "== handover after restart (ttl {ttl}): 3 sidecars, 3 nodes, every follower restarted 0.5-2 s before the leader's SIGTERM, {rounds} rounds"
     );
     let lease = format!("bench-restart-{}", ttl.trim_end_matches('s'));
-    let (ntx, nrx) = mpsc::channel();
-    for n in nodes {
-        subscribe_notices(
-            n.port,
-            &format!("redlock-elector:{lease}:released"),
-            ntx.clone(),
-        );
-    }
+    let nrx = lease_notices(nodes, &lease);
     let mut trio = Trio::start(rt, &lease, nodes, &["--ttl", ttl, "--retry-every", "1s"]);
     let mut latest = HashMap::new();
     // The first term: every sidecar has watched the nodes (up to ttl + margin).
