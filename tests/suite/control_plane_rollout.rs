@@ -234,9 +234,21 @@ fn rolling_updates(prefer: &str, min_ready: Option<u64>) -> Vec<(usize, Duration
             i + 1,
             to - from
         );
+        if changes != 1 {
+            dump_logs(&rel.kubelet.runs(), &seq);
+        }
         out.push((changes, gap));
     }
     out
+}
+
+/// Every sidecar's log lines of the pods that led in a rollout that moved leadership more than
+/// once, and of the pods that were new in it, so that a failure in CI says why.
+fn dump_logs(runs: &Arc<Mutex<std::collections::HashMap<String, PodRun>>>, seq: &[String]) {
+    let runs = runs.lock().unwrap().values().cloned().collect::<Vec<_>>();
+    for r in runs.iter().filter(|r| seq.contains(&r.name) || !r.gone) {
+        eprintln!("--- {} (gone: {}):\n{}", r.name, r.gone, r.logs());
+    }
 }
 
 fn super_chart() -> String {

@@ -3,7 +3,8 @@
 //! polls every sidecar's `/leader` and verifies S1 (never two leaders at one instant) and S2
 //! (tokens strictly increase from term to term).
 //!
-//! Faults: SIGKILL a sidecar (restarted later), SIGSTOP/SIGCONT a sidecar (pauses below the stall
+//! Faults: SIGKILL a sidecar (restarted later), SIGTERM a sidecar (a graceful release that names
+//! a successor, often one restarted a moment ago: the release proof's path; restarted later), SIGSTOP/SIGCONT a sidecar (pauses below the stall
 //! margin, between margin and lease, and beyond the lease), SIGKILL a node (started again empty
 //! later), restart a node empty at once, SIGSTOP/SIGCONT a node, latency toward a node (below and
 //! above `redis.timeout`), blackhole a node, partition one sidecar from 1–3 nodes, reset a
@@ -268,7 +269,7 @@ impl World {
 
     /// Inject one random fault, if the chosen one is possible now.
     fn inject(&mut self) {
-        let kind = self.rng.random_range(0..12u32);
+        let kind = self.rng.random_range(0..13u32);
         let mut s = self.rng.random_range(0..SIDECARS);
         // Aim sidecar faults at the leader more often than chance, so that terms change.
         if self.rng.random_bool(0.6)
@@ -384,6 +385,19 @@ impl World {
                     "node clock jump backward"
                 });
                 self.note(format!("nodes {nodes:?} clock jump {delta} ms"));
+            }
+            12 if sidecar_free => {
+                // A graceful stop, as a rollout's: the leader releases and names a successor,
+                // which may have started a moment ago (the release proof's path).
+                let mut victim = self.sidecars[s].take().unwrap();
+                self.jumps_of_killed += jumps_detected(&victim);
+                let _ = victim.terminate();
+                self.checker.down(s);
+                self.sidecar[s] = Proc::Killed;
+                let d = self.secs(0.3, 2.5);
+                self.schedule(d, Heal::RestartSidecar(s));
+                self.count("sidecar SIGTERM");
+                self.note(format!("sidecar {s} SIGTERM, restarted after {d:?}"));
             }
             _ => return,
         }

@@ -68,7 +68,19 @@ fn run_ttl(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&R
         let Some(new) = trio.next_leader(&old, t_sig, &mut latest) else {
             panic!("no new leader within 10s of the SIGTERM (ttl {ttl})");
         };
-        release.push(ms_between(t_rel, new.at));
+        let took = ms_between(t_rel, new.at);
+        // The logs of a slow round (over 100 ms, or `BENCH_RESTART_LOGS_MS`), for whoever reads the figures.
+        let dump_over = std::env::var("BENCH_RESTART_LOGS_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100.0);
+        if took > dump_over {
+            eprintln!("-- round {round}: {took:.1} ms from the release to the new leader; logs:");
+            for s in trio.sidecars.iter() {
+                eprintln!("--- {}:\n{}", s.identity, s.logs());
+            }
+        }
+        release.push(took);
         signal.push(ms_between(t_sig, new.at));
         let mut old_leader = trio.sidecars.remove(l);
         old_leader.reap();
