@@ -113,7 +113,10 @@ const ROLLOUTS: usize = 5;
 /// watch, so the chart's default no longer has to cover one.
 fn rollouts_reported(prefer: &str, min_ready: Option<u64>) -> Vec<usize> {
     let figures = rolling_updates(prefer, min_ready);
-    let shown = min_ready.map_or("the chart's default".to_string(), |m| m.to_string());
+    let shown = min_ready.map_or(
+        format!("the chart's default ({})", chart_min_ready_seconds()),
+        |m| m.to_string(),
+    );
     for (i, (changes, gap)) in figures.iter().enumerate() {
         report(
             &format!(
@@ -169,9 +172,14 @@ fn rolling_updates(prefer: &str, min_ready: Option<u64>) -> Vec<(usize, Duration
     // The chart's value, set as a user would (helm upgrade --reuse-values).
     let t0 = Instant::now();
     let prefer_set = format!("config.lease.prefer={prefer}");
-    let min_ready_set = min_ready.map(|m| format!("workload.minReadySeconds={m}"));
+    // Always set: `Release::install` sets 0 (its other tests need no minimum), which
+    // `--reuse-values` would otherwise keep in place of the chart's default.
+    let min_ready_set = format!(
+        "workload.minReadySeconds={}",
+        min_ready.unwrap_or_else(chart_min_ready_seconds)
+    );
     let chart = super_chart();
-    let mut args = vec![
+    cp.helm(&[
         "upgrade",
         &rel.name,
         chart.as_str(),
@@ -180,12 +188,12 @@ fn rolling_updates(prefer: &str, min_ready: Option<u64>) -> Vec<(usize, Duration
         "--reuse-values",
         "--set",
         &prefer_set,
-    ];
-    if let Some(set) = &min_ready_set {
-        args.extend(["--set", set.as_str()]);
-    }
-    args.extend(["--wait", "--timeout", "180s"]);
-    cp.helm(&args);
+        "--set",
+        &min_ready_set,
+        "--wait",
+        "--timeout",
+        "180s",
+    ]);
     report(
         "helm upgrade (a rollout itself)",
         format!("{:?}", t0.elapsed()),
@@ -249,6 +257,18 @@ fn dump_logs(runs: &Arc<Mutex<std::collections::HashMap<String, PodRun>>>, seq: 
     for r in runs.iter().filter(|r| seq.contains(&r.name) || !r.gone) {
         eprintln!("--- {} (gone: {}):\n{}", r.name, r.gone, r.logs());
     }
+}
+
+/// The chart's default `workload.minReadySeconds`, from its values.yaml.
+fn chart_min_ready_seconds() -> u64 {
+    let values = std::fs::read_to_string(cluster::repo().join("charts/redlock-elector/values.yaml"))
+        .expect("the chart's values.yaml");
+    let lines: Vec<&str> = values
+        .lines()
+        .filter_map(|l| l.strip_prefix("  minReadySeconds:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one workload.minReadySeconds in values.yaml");
+    lines[0].trim().parse().expect("minReadySeconds is a number")
 }
 
 fn super_chart() -> String {

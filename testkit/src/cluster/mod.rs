@@ -55,12 +55,30 @@ impl ControlPlane {
             .unwrap();
         let dir = tmp.path().join("cp");
         let t0 = Instant::now();
-        let out = Command::new(repo().join("scripts/control-plane.sh"))
-            .arg("up")
-            .arg(&dir)
-            .args(extra)
-            .output()
-            .expect("run scripts/control-plane.sh");
+        let up = || {
+            Command::new(repo().join("scripts/control-plane.sh"))
+                .arg("up")
+                .arg(&dir)
+                .args(extra)
+                .output()
+                .expect("run scripts/control-plane.sh")
+        };
+        let mut out = up();
+        // The script picks free loopback ports, and another process on the machine may bind one
+        // between the pick and the server's bind: then start again on new ports (twice at most).
+        for _ in 0..2 {
+            if out.status.success()
+                || !String::from_utf8_lossy(&out.stderr).contains("address already in use")
+            {
+                break;
+            }
+            eprintln!("control plane: a port was taken meanwhile; starting again on new ports");
+            let _ = Command::new(repo().join("scripts/control-plane.sh"))
+                .arg("down")
+                .arg(&dir)
+                .output();
+            out = up();
+        }
         assert!(
             out.status.success(),
             "scripts/control-plane.sh up {} {extra:?} failed (these tests need the real control plane; \
