@@ -86,8 +86,9 @@ pub struct View {
     /// Whether the leader sees a better candidate (by `lease.prefer`) ready and settling: a
     /// preferred handover is pending.
     pub handover_pending: bool,
-    /// Whether this sidecar's own candidate record says ready: a quorum counts its votes and,
-    /// in Kubernetes, its pod is Ready. Only a ready candidate is named as a successor.
+    /// Whether this sidecar's own candidate record says ready: a quorum counts its votes, or
+    /// would on a graceful release's proof (a fresh sidecar still watching the nodes' clocks),
+    /// and, in Kubernetes, its pod is Ready. Only a ready candidate is named as a successor.
     pub candidate_ready: bool,
 }
 

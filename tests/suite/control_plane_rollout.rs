@@ -261,14 +261,22 @@ fn dump_logs(runs: &Arc<Mutex<std::collections::HashMap<String, PodRun>>>, seq: 
 
 /// The chart's default `workload.minReadySeconds`, from its values.yaml.
 fn chart_min_ready_seconds() -> u64 {
-    let values = std::fs::read_to_string(cluster::repo().join("charts/redlock-elector/values.yaml"))
-        .expect("the chart's values.yaml");
+    let values =
+        std::fs::read_to_string(cluster::repo().join("charts/redlock-elector/values.yaml"))
+            .expect("the chart's values.yaml");
     let lines: Vec<&str> = values
         .lines()
         .filter_map(|l| l.strip_prefix("  minReadySeconds:"))
         .collect();
-    assert_eq!(lines.len(), 1, "one workload.minReadySeconds in values.yaml");
-    lines[0].trim().parse().expect("minReadySeconds is a number")
+    assert_eq!(
+        lines.len(),
+        1,
+        "one workload.minReadySeconds in values.yaml"
+    );
+    lines[0]
+        .trim()
+        .parse()
+        .expect("minReadySeconds is a number")
 }
 
 fn super_chart() -> String {
