@@ -16,7 +16,9 @@
 //!   container stopped, the lease is released and the other pod leads; then `kubectl rollout
 //!   restart` and `helm upgrade` each move leadership exactly once with the chart's defaults;
 //! - a lost node (kubelet and containerd stopped, the pods left running): what the sidecars, the
-//!   label and the leader Service do, printed as figures (docs/operating/real-node.md).
+//!   label and the leader Service do, printed as figures (docs/operating/real-node.md);
+//! - a workload the user already has: the kustomize Component and the post-renderer's script
+//!   each add the sidecar to a plain Deployment of the stand-in app, and one pod leads.
 
 use testkit::cluster;
 use testkit::common;
@@ -45,6 +47,11 @@ struct RealNode {
     endpoints: Vec<String>,
     _values: tempfile::TempDir,
     values: std::path::PathBuf,
+    /// The workload the helpers below look at: its namespace, its pods' label selector and its
+    /// leader Service (the chart's release by default; [`RealNode::workload`] changes them).
+    ns: String,
+    selector: String,
+    service: String,
 }
 
 impl RealNode {
@@ -73,7 +80,17 @@ impl RealNode {
             endpoints,
             _values: dir,
             values,
+            ns: NS.into(),
+            selector: format!("app.kubernetes.io/instance={RELEASE}"),
+            service: format!("{RELEASE}-redlock-elector-leader"),
         }
+    }
+
+    /// Look at another workload: namespace `ns`, pods matching `selector`, leader Service
+    /// `service`.
+    fn workload(mut self, ns: &str, selector: &str, service: &str) -> RealNode {
+        (self.ns, self.selector, self.service) = (ns.into(), selector.into(), service.into());
+        self
     }
 
     /// `helm install --wait` with the chart's defaults, except: the image imported here
@@ -125,16 +142,15 @@ impl RealNode {
     }
 
     fn pods(&self) -> Vec<Pod> {
-        let api: Api<Pod> = Api::namespaced(self.cp.client.clone(), NS);
-        let sel = format!("app.kubernetes.io/instance={RELEASE}");
+        let api: Api<Pod> = Api::namespaced(self.cp.client.clone(), &self.ns);
         self.cp
-            .block_on(api.list(&ListParams::default().labels(&sel)))
+            .block_on(api.list(&ListParams::default().labels(&self.selector)))
             .unwrap()
             .items
     }
 
     fn pod(&self, name: &str) -> Pod {
-        let api: Api<Pod> = Api::namespaced(self.cp.client.clone(), NS);
+        let api: Api<Pod> = Api::namespaced(self.cp.client.clone(), &self.ns);
         self.cp.block_on(api.get(name)).unwrap()
     }
 
@@ -176,12 +192,12 @@ impl RealNode {
             (views.len() == replicas && views.iter().all(|v| v.eligible && !v.handover_pending))
                 .then_some(())?;
             let l = self.sidecar_leader()?;
-            (labelled_leaders(&self.cp, NS) == [l.clone()]).then_some(l)
+            (labelled_leaders(&self.cp, &self.ns) == [l.clone()]).then_some(l)
         })
         .unwrap_or_else(|| {
             panic!(
                 "not settled within {timeout:?}: labelled {:?}, sidecar logs:\n{}",
-                labelled_leaders(&self.cp, NS),
+                labelled_leaders(&self.cp, &self.ns),
                 self.logs()
             )
         })
@@ -194,7 +210,7 @@ impl RealNode {
                 format!(
                     "--- {}\n{}",
                     name(p),
-                    self.cp.pod_log(NS, &name(p), SIDECAR)
+                    self.cp.pod_log(&self.ns, &name(p), SIDECAR)
                 )
             })
             .collect::<Vec<_>>()
@@ -203,8 +219,8 @@ impl RealNode {
 
     /// The ready addresses of the leader Service's EndpointSlices.
     fn leader_slice(&self) -> BTreeSet<String> {
-        let api: Api<EndpointSlice> = Api::namespaced(self.cp.client.clone(), NS);
-        let sel = format!("kubernetes.io/service-name={RELEASE}-redlock-elector-leader");
+        let api: Api<EndpointSlice> = Api::namespaced(self.cp.client.clone(), &self.ns);
+        let sel = format!("kubernetes.io/service-name={}", self.service);
         self.cp
             .block_on(api.list(&ListParams::default().labels(&sel)))
             .unwrap()
@@ -688,5 +704,157 @@ fn cp_real_node_endpoint_switch_after_deleting_the_leader() {
     report(
         "real node: kubectl delete pod of the leader -> another sidecar leads, p50",
         format!("{:?}", pct(&handovers, 0.5)),
+    );
+}
+
+/// A plain Deployment of the stand-in app (static busybox), 2 replicas, in `ns`.
+fn plain_deployment(name: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  labels:\n    app: {name}\n\
+         spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: {name}\n  template:\n\
+         \x20   metadata:\n      labels:\n        app: {name}\n    spec:\n      containers:\n\
+         \x20       - name: {name}\n          image: {BUSYBOX}\n          imagePullPolicy: Never\n\
+         \x20         command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 1 & wait $!; done']\n"
+    )
+}
+
+/// The sidecar's config for a route test: lease `lease`, ttl 2 s (so that the pods count the
+/// nodes soon), the forwarded redis endpoints.
+fn route_config(node: &RealNode, lease: &str) -> String {
+    let eps: Vec<String> = node
+        .endpoints
+        .iter()
+        .map(|e| format!("    - {e}"))
+        .collect();
+    format!(
+        "lease:\n  name: {lease}\n  ttl: 2s\nredis:\n  endpoints:\n{}\nkubernetes:\n  enabled: auto\n",
+        eps.join("\n")
+    )
+}
+
+/// The two routes for a workload the user already has (docs/operating/existing-workload.md), on
+/// the real node, each in its own namespace: (1) the kustomize Component
+/// `manifests/components/sidecar` added to a plain Deployment by an overlay shaped like
+/// `manifests/example-existing-workload`, applied with `kubectl apply -k`; (2) a third-party
+/// chart's output (`helm template` of a chart of our own with a plain Deployment) through
+/// `scripts/helm-post-renderer/post-render.sh`, applied with `kubectl apply`. Each Deployment's
+/// pods run the sidecar from the image, one leads, exactly it is labelled, and the leader
+/// Service's EndpointSlice lists exactly its pod.
+#[test]
+fn cp_real_node_both_routes_add_the_sidecar_to_a_plain_deployment() {
+    let node = RealNode::up();
+    let repo = cluster::repo();
+    // The Component names the image by the reference the imported tarball carries, so the
+    // kubelet finds it in containerd (IfNotPresent) without a registry.
+    let patch =
+        std::fs::read_to_string(repo.join("manifests/components/sidecar/sidecar-patch.yaml"))
+            .unwrap();
+    let reference = &sidecar_image().reference;
+    assert!(
+        patch.contains(&format!("image: {reference}")),
+        "the Component's image is not {reference}, the one imported"
+    );
+    // (1) The overlay lives inside the repository, so that it names the Component by a relative
+    // path, as a user's overlay beside a checkout (or a remote base) would.
+    let overlay = repo
+        .join("target")
+        .join(format!("route-overlay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&overlay);
+    std::fs::create_dir_all(overlay.join("select")).unwrap();
+    std::fs::write(overlay.join("app.yaml"), plain_deployment("web")).unwrap();
+    std::fs::write(overlay.join("config.yaml"), route_config(&node, "web")).unwrap();
+    std::fs::copy(
+        repo.join("manifests/example-existing-workload/select/kustomization.yaml"),
+        overlay.join("select/kustomization.yaml"),
+    )
+    .unwrap();
+    let example = std::fs::read_to_string(
+        repo.join("manifests/example-existing-workload/kustomization.yaml"),
+    )
+    .unwrap();
+    // The example's kustomization, with the Component named from the overlay's place.
+    let kustomization = example.replace(
+        "../components/sidecar",
+        "../../manifests/components/sidecar",
+    );
+    assert_ne!(
+        kustomization, example,
+        "the example names ../components/sidecar"
+    );
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
+    let ns = "route-kustomize";
+    node.cp.kubectl(&["create", "namespace", ns]);
+    let t0 = Instant::now();
+    node.cp
+        .kubectl(&["apply", "-n", ns, "-k", overlay.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&overlay);
+    let node = node.workload(ns, "app=web", "redlock-elector-leader");
+    let leader = node.settled(2, Duration::from_secs(180));
+    node.slice_lists_only(&leader, Duration::from_secs(60));
+    report(
+        "route 1 (kustomize Component): kubectl apply -k -> one leader labelled, the leader Service lists it",
+        format!("{:?} ({leader})", t0.elapsed()),
+    );
+
+    // (2) A chart of "someone else's": a plain Deployment, rendered by helm, then the
+    // post-renderer's script, then kubectl apply.
+    let chart = tempdir();
+    std::fs::create_dir_all(chart.path().join("templates")).unwrap();
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: shop\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.path().join("templates/deployment.yaml"),
+        plain_deployment("shop"),
+    )
+    .unwrap();
+    let config = chart.path().join("sidecar-config.yaml");
+    std::fs::write(&config, route_config(&node, "shop")).unwrap();
+    let rendered = node
+        .cp
+        .helm(&["template", "shop", chart.path().to_str().unwrap()]);
+    let script = repo.join("scripts/helm-post-renderer/post-render.sh");
+    // The script runs `kustomize build`, else `kubectl kustomize`: the control plane's kubectl.
+    let path = format!(
+        "{}:{}",
+        node.cp.bin("kubectl").parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = std::process::Command::new(&script)
+        .args(["--config", config.to_str().unwrap(), "Deployment/shop"])
+        .env("PATH", path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run post-render.sh");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rendered.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "post-render.sh failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifests = chart.path().join("rendered.yaml");
+    std::fs::write(&manifests, &out.stdout).unwrap();
+    let ns = "route-post-render";
+    node.cp.kubectl(&["create", "namespace", ns]);
+    let t0 = Instant::now();
+    node.cp
+        .kubectl(&["apply", "-n", ns, "-f", manifests.to_str().unwrap()]);
+    let node = node.workload(ns, "app=shop", "redlock-elector-leader");
+    let leader = node.settled(2, Duration::from_secs(180));
+    node.slice_lists_only(&leader, Duration::from_secs(60));
+    report(
+        "route 2 (helm template | post-render.sh): kubectl apply -> one leader labelled, the leader Service lists it",
+        format!("{:?} ({leader})", t0.elapsed()),
     );
 }
