@@ -707,14 +707,16 @@ fn cp_real_node_endpoint_switch_after_deleting_the_leader() {
     );
 }
 
-/// A plain Deployment of the stand-in app (static busybox), 2 replicas, in `ns`.
+/// A plain Deployment of the stand-in app (static busybox), 2 replicas, with the named port `http`
+/// that the leader Service targets.
 fn plain_deployment(name: &str) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  labels:\n    app: {name}\n\
          spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: {name}\n  template:\n\
          \x20   metadata:\n      labels:\n        app: {name}\n    spec:\n      containers:\n\
          \x20       - name: {name}\n          image: {BUSYBOX}\n          imagePullPolicy: Never\n\
-         \x20         command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 1 & wait $!; done']\n"
+         \x20         command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 1 & wait $!; done']\n\
+         \x20         ports:\n            - name: http\n              containerPort: 8080\n"
     )
 }
 
