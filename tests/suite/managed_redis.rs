@@ -710,7 +710,7 @@ fn rotate(acl: bool) {
                     common::http("GET", p, "/leader")
                         .map(|(_, b)| serde_json::from_str::<common::View>(&b).unwrap())
                 };
-                views.push((get(lp), get(fp)));
+                views.push((Instant::now(), get(lp), get(fp)));
                 std::thread::sleep(Duration::from_millis(10));
             }
             views
@@ -790,8 +790,25 @@ fn rotate(acl: bool) {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let views = watch.join().unwrap();
-    assert!(views.len() > 50, "too few observations: {}", views.len());
-    for (lv, fv) in &views {
+    // The watch covered the whole rotation without a blind stretch (it polls every 10 ms; a
+    // loaded machine may stretch that, but not to a lease's worth).
+    let (first, last) = (views.first().map(|v| v.0), views.last().map(|v| v.0));
+    assert!(
+        first.is_some_and(|f| f <= t0 + Duration::from_millis(500))
+            && last.is_some_and(|l| l >= t_file),
+        "the watch did not span the rotation"
+    );
+    let blind = views
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .max()
+        .unwrap_or_default();
+    assert!(
+        blind < Duration::from_millis(500),
+        "the watch had a blind stretch of {blind:?} ({} observations)",
+        views.len()
+    );
+    for (_, lv, fv) in &views {
         let lv = lv.as_ref().expect("the leader keeps serving /leader");
         assert!(
             lv.is_leader && lv.fencing_token == before.fencing_token,
