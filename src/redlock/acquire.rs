@@ -215,7 +215,9 @@ impl Redlock {
         }
         let valid = math::validity(self.ttl, t1.elapsed(), self.drift);
         if tally.decided() == Some(true) && valid.is_some() {
-            // Stragglers' commands were sent; their replies no longer matter.
+            // Stragglers' replies no longer matter. A command its connection had not written
+            // yet is dropped with them (redis skips a command whose reply nobody awaits): that
+            // node gets the key at the first renewal, which sets it where it is missing.
             drop(pending);
             return self.won(value, replies.max_epoch, proposed, t1).await;
         }

@@ -26,6 +26,25 @@ const TTL: Duration = Duration::from_secs(1);
 /// `redis.timeout` of the sidecars (the test default) + the 25 ms margin.
 const GRACE: Duration = Duration::from_millis(75);
 
+/// The rollouts' ttl (`rollout_timing`): the nodes must have run for longer than it plus 1 s.
+const ROLLOUT_TTL: Duration = Duration::from_secs(2);
+
+/// The rollouts' timing: ttl 2 s and a per-node timeout of 150 ms (a grace of 175 ms). The
+/// count of changes holds when the named successor's attempt is answered within the timeout and
+/// lands within the grace. At the test defaults (50 ms, 75 ms) a machine loaded beyond its cores
+/// (CI runs two such tests at once on two cores; reproduced here with six busy loops beside two)
+/// starved a named successor past both once in five runs, and the next old one took over after
+/// the grace: two changes. Those rollouts measure how a successor is chosen, not the grace, which
+/// `a_named_successor_that_is_gone_delays_the_handover_by_at_most_the_grace` covers at 75 ms;
+/// the benchmark measures rollouts at the defaults.
+fn rollout_timing() -> Opts {
+    Opts {
+        ttl: "2s",
+        timeout: "150ms",
+        ..Opts::default()
+    }
+}
+
 /// How long it took, after `t0`, until `s` answered `is_leader` (polled every millisecond).
 fn time_to_lead(s: &Sidecar, t0: Instant, timeout: Duration) -> Option<Duration> {
     wait_for(timeout, Duration::from_millis(1), || {
@@ -153,10 +172,11 @@ fn a_named_successor_that_is_gone_delays_the_handover_by_at_most_the_grace() {
 
 #[test]
 fn rollout_with_prefer_newest_moves_leadership_exactly_once_whatever_the_order() {
-    let nodes = redis_cluster(3, TTL);
+    let nodes = redis_cluster(3, ROLLOUT_TTL);
     for position in 0..3 {
         let lease = format!("newest-{position}");
-        let (changes, gap, leaders, events) = rollout(&nodes, &lease, "newest", position);
+        let (changes, gap, leaders, events) =
+            rollout_timed(&nodes, &lease, "newest", position, &rollout_timing());
         report(
             &format!("prefer newest, leader terminated at position {position}"),
             format!("{changes} change(s), longest gap {gap:?}, leaders {leaders:?}"),
@@ -174,13 +194,14 @@ fn rollout_with_prefer_newest_moves_leadership_exactly_once_whatever_the_order()
 
 #[test]
 fn rollout_with_prefer_none_reports_todays_count() {
-    let nodes = redis_cluster(3, TTL);
+    let nodes = redis_cluster(3, ROLLOUT_TTL);
     let mut counts = Vec::new();
     // Each position twice: the successor is a random ready candidate, so one run says little.
     for run in 0..6 {
         let position = run % 3;
         let lease = format!("none-{run}");
-        let (changes, gap, leaders, _) = rollout(&nodes, &lease, "none", position);
+        let (changes, gap, leaders, _) =
+            rollout_timed(&nodes, &lease, "none", position, &rollout_timing());
         report(
             &format!("prefer none, leader terminated at position {position}"),
             format!("{changes} change(s), longest gap {gap:?}, leaders {leaders:?}"),
@@ -202,7 +223,7 @@ fn kube_rollout(
     fake: &FakeApi,
     tag: &str,
     position: usize,
-) -> (usize, Duration, Vec<String>) {
+) -> (usize, Duration, Vec<String>, String) {
     let refs: Vec<&Redis> = nodes.iter().collect();
     let lease = format!("kube-{tag}");
     let start = |name: &str, rev: &str, created: std::time::SystemTime| -> Sidecar {
@@ -233,7 +254,7 @@ fn kube_rollout(
                 "KUBECONFIG".into(),
                 fake.kubeconfig(name).display().to_string(),
             )],
-            ..Opts::default()
+            ..rollout_timing()
         };
         let s = Sidecar::start(name, &refs, &opts);
         fake.update_pod(
@@ -243,22 +264,21 @@ fn kube_rollout(
         s
     };
     let t0 = std::time::SystemTime::now() - Duration::from_secs(3600);
-    let (changes, gap, leaders, _) = rollout_by(position, |side, i| {
+    rollout_by(position, |side, i| {
         let name = format!("{tag}-{}-{i}", side.name());
         match side {
             Side::Old => start(&name, "rev-1", t0 + Duration::from_secs(i as u64)),
             Side::New => start(&name, "rev-2", std::time::SystemTime::now()),
         }
-    });
-    (changes, gap, leaders)
+    })
 }
 
 #[test]
 fn kube_rollout_with_the_default_preference_moves_leadership_exactly_once() {
-    let nodes = redis_cluster(3, TTL);
+    let nodes = redis_cluster(3, ROLLOUT_TTL);
     let fake = FakeApi::start();
     for position in 0..3 {
-        let (changes, gap, leaders) =
+        let (changes, gap, leaders, events) =
             kube_rollout(&nodes, &fake, &format!("p{position}"), position);
         report(
             &format!(
@@ -266,7 +286,10 @@ fn kube_rollout_with_the_default_preference_moves_leadership_exactly_once() {
             ),
             format!("{changes} change(s), longest gap {gap:?}, leaders {leaders:?}"),
         );
-        assert_eq!(changes, 1, "position {position}: {leaders:?}");
+        assert_eq!(
+            changes, 1,
+            "position {position}: leadership moved {changes} times: {leaders:?}\n{events}"
+        );
         assert!(
             leaders.last().is_some_and(|l| l.contains("-new-")),
             "{leaders:?}"

@@ -225,19 +225,37 @@ impl Side {
 /// (priority 2), surge 1: a new one is started, and once it is a ready candidate the next old
 /// one is terminated. The leader among the old ones is terminated at `position` (0-based) of
 /// the order. Returns (changes, longest gap, the leaders in order, the sidecars' leadership log
-/// lines for a failure message).
+/// lines for a failure message). The sidecars run the test defaults (ttl 1 s, per-node timeout
+/// 50 ms, so a grace of 75 ms), as the benchmark measures them.
 pub fn rollout(
     nodes: &[Redis],
     lease: &str,
     prefer: &str,
     position: usize,
 ) -> (usize, Duration, Vec<String>, String) {
+    rollout_timed(nodes, lease, prefer, position, &Opts::default())
+}
+
+/// [`rollout`] with the ttl and the per-node timeout (and so the grace a named successor gets)
+/// of `timing`.
+pub fn rollout_timed(
+    nodes: &[Redis],
+    lease: &str,
+    prefer: &str,
+    position: usize,
+    timing: &Opts,
+) -> (usize, Duration, Vec<String>, String) {
     let refs: Vec<&Redis> = nodes.iter().collect();
     let settle = "1s";
     rollout_by(position, |side, i| {
         let priority = if side == Side::Old { 1 } else { 2 };
         let name = format!("{}-{i}", side.name());
-        Sidecar::start(&name, &refs, &opts(lease, prefer, priority, settle))
+        let opts = Opts {
+            ttl: timing.ttl,
+            timeout: timing.timeout,
+            ..opts(lease, prefer, priority, settle)
+        };
+        Sidecar::start(&name, &refs, &opts)
     })
 }
 
