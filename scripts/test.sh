@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs (redis-server, openssl, and whatever the check
 # scripts need), runs every Rust test (unit + integration against real redis-server processes and the
-# real binary), then every scripts/check-*.sh (packaging, observability, ...).
+# real binary), the model check and every scripts/check-*.sh (packaging, observability, ...); the
+# control-plane tests and check-packaging.sh (its helm comes from the Go build) come last.
 #
 #   ./scripts/test.sh            everything
 #   ./scripts/test.sh --rust     only the Rust tests
@@ -50,6 +51,23 @@ cargo test --locked --test suite -- --exact mixed_versions::previous_release_bui
 echo "== cargo test (unit + integration; real redis-server processes, real binary, real signals)"
 cargo test --locked --all-targets -- --test-threads="${TEST_THREADS:-2}" --skip cp_
 
+# The model check (tests/model.rs, docs/model.md): unoptimized it is about five times slower, so
+# the debug run above lists its checks as ignored and they run here, optimized (about a minute).
+echo "== cargo test --release --test model (stateright model check: four hazards off and on, S1, S2)"
+cargo test --locked --release --test model -- --test-threads=1
+
+# The check scripts that need nothing from the control-plane build run next, while a cold Go build
+# may still be going (on a fresh machine it is the longest step): the CPU-heavy release builds
+# here overlap it instead of waiting for it. check-packaging.sh runs the helm that build makes.
+shopt -s nullglob
+if [ "${1:-}" != "--rust" ]; then
+  for check in scripts/check-*.sh; do
+    [ "$check" = scripts/check-packaging.sh ] && continue
+    echo "== $check"
+    bash "$check"
+  done
+fi
+
 echo "== waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)"
 t0=$SECONDS
 if ! wait "$CP_BUILD"; then
@@ -68,15 +86,7 @@ echo "-- the image's binary and crane ready after $((SECONDS - t0)) s more"
 echo "== cargo test: the real control plane (tests/suite/control_plane*.rs; one control plane at a time)"
 cargo test --locked --test suite -- --test-threads=1 cp_
 
-# The model check (tests/model.rs, docs/model.md): unoptimized it is about five times slower, so
-# the debug run above lists its checks as ignored and they run here, optimized (about a minute).
-echo "== cargo test --release --test model (stateright model check: four hazards off and on, S1, S2)"
-cargo test --locked --release --test model -- --test-threads=1
-
 if [ "${1:-}" = "--rust" ]; then exit 0; fi
-shopt -s nullglob
-for check in scripts/check-*.sh; do
-  echo "== $check"
-  bash "$check"
-done
+echo "== scripts/check-packaging.sh"
+bash scripts/check-packaging.sh
 echo "== all tests passed"
