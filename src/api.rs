@@ -250,16 +250,23 @@ pub fn routes(
         .unify()
 }
 
-/// Serve the API on `listener` until the process ends.
+/// Serve the API on `listener` until `stop` is cancelled (at the end of the shutdown, after
+/// the release: until then it answers "not leader"). The listener closes then; a connection
+/// still open (a keep-alive, a watcher) is served by warp's own task until its client leaves or
+/// the process exits.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Shared,
     step_down: mpsc::Sender<StepDownRequest>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
-    warp::serve(routes(shared, step_down))
+    let server = warp::serve(routes(shared, step_down))
         .incoming(listener)
-        .run()
-        .await;
+        .run();
+    tokio::select! {
+        _ = server => {}
+        _ = stop.cancelled() => {}
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,30 @@ pub struct Term {
     pub deadline: Instant,
 }
 
+/// Why this sidecar stopped leading (for logs and Kubernetes Events).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepDownReason {
+    /// `POST /leader/step-down`.
+    Requested,
+    /// The deadline passed without a renewal reaching a quorum.
+    RenewalFailed,
+    /// The election loop's timer slipped (CPU starvation, pause).
+    Stalled,
+    /// SIGTERM / SIGINT.
+    Shutdown,
+    /// A better candidate (by `lease.prefer`) had been ready for the settle time.
+    Preferred,
+}
+
+/// A term that ended, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// The ended term's fencing token.
+    pub token: u64,
+    /// Why it ended.
+    pub reason: StepDownReason,
+}
+
 /// What the elector publishes on its `watch` channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leadership {
@@ -36,6 +60,9 @@ pub struct Leadership {
     pub leader: Option<String>,
     /// Wall-clock time of the last change of version (`last_update` of `GET /`).
     pub changed_at: std::time::SystemTime,
+    /// The last term this sidecar led that ended, and why: published with the step-down
+    /// itself, so a reader never sees one without the other.
+    pub ended: Option<Ended>,
 }
 
 impl Default for Leadership {
@@ -45,6 +72,7 @@ impl Default for Leadership {
             term: None,
             leader: None,
             changed_at: std::time::SystemTime::now(),
+            ended: None,
         }
     }
 }
@@ -178,6 +206,8 @@ impl Leadership {
                 changed_at: std::time::SystemTime::now()
                     .checked_sub(now.saturating_duration_since(t.deadline))
                     .unwrap_or(self.changed_at),
+                // The elector has not said why yet (it will: renewal failed, or a stall).
+                ended: self.ended,
             },
             _ => self.clone(),
         }
@@ -220,6 +250,7 @@ impl Leadership {
             } else {
                 self.changed_at
             },
+            ended: self.ended,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! Redlock algorithm over N independent Redis masters, renews it, and tells the app beside it.
 //!
 //! # Layout
-//! Data flows one way: config → elector (Redlock) → leadership state → publishers.
+//! Data flows one way: config and inputs → elector (Redlock) → leadership state → publishers.
 //! - [`config`] — YAML + env + flags into one validated [`config::Config`]; the only reader of
 //!   env and files. `settings.rs` spells each setting once (YAML key, flag, env var, default,
 //!   help), `cli.rs` the command line and the precedence (flag > env > file), `file.rs` the
@@ -24,13 +24,15 @@
 //!   retry jitter), `leader.rs` (renewals, step-down, naming the successor), `candidacy.rs`
 //!   (candidate records, what `/leader` shows about them), `watchdog.rs` (the stall watchdog,
 //!   `/healthz` liveness), `settings.rs` (timers, preference, standing).
+//! - [`k8s`] — the Kubernetes client side: [`k8s::Settings`], the client, `call.rs` (one
+//!   counted API call, typed errors) and the elector's input `standing.rs` (the own pod's
+//!   revision and readiness, read by a poller that `run` starts and hands to the elector).
 //! - [`leadership`] — the published state, the answer-time [`leadership::View`], and
 //!   [`leadership::Shared`], what the answering publishers read.
 //! - publishers, each a consumer of that watch: [`api`] (/leader, long-poll, SSE, step-down),
 //!   [`ops`] (/metrics, probes), [`publish::k8s`]: the pod label and fencing-token
 //!   annotation (`converge.rs` the retry loop, `patch.rs` the pure patches, `pods.rs` the calls,
-//!   demote before promote), `events.rs` (Events), `call.rs` (typed call errors, counted),
-//!   `standing.rs` (the own pod's revision and readiness).
+//!   demote before promote), `events.rs` (Events).
 //! - [`metrics`] — the Prometheus registry: [`metrics::Metrics::register`] and one method per
 //!   event counted.
 //! - [`openapi`] — the OpenAPI 3.1 document of both HTTP servers (the generated reference
@@ -49,6 +51,7 @@ pub mod api;
 pub mod backoff;
 pub mod config;
 pub mod elector;
+pub mod k8s;
 pub mod leadership;
 pub mod logging;
 pub mod metrics;

@@ -125,7 +125,15 @@ pub fn routes(
         .unify()
 }
 
-/// Serve the ops endpoints on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, ops: Ops) {
-    warp::serve(routes(ops)).incoming(listener).run().await;
+/// Serve the ops endpoints on `listener` until `stop` is cancelled (the end of the shutdown,
+/// as [`crate::api::serve`]).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    ops: Ops,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    tokio::select! {
+        _ = warp::serve(routes(ops)).incoming(listener).run() => {}
+        _ = stop.cancelled() => {}
+    }
 }

@@ -147,7 +147,7 @@ const PROBE_TIMEOUTS: u32 = 8;
 
 async fn probe(config: &Config, ep: &Endpoint) -> Result<Healthy, ConnectError> {
     let started = Instant::now();
-    let connector = Connector::new(ep, &config.redis)
+    let connector = Connector::new(ep, &config.redis, tokio_util::task::TaskTracker::new())
         .map_err(|e| ConnectError::new(Reason::Tls, e.to_string()))?;
     let timeout = config.redis.connect_timeout;
     let bound = timeout * PROBE_TIMEOUTS;

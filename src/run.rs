@@ -7,7 +7,11 @@
 //!
 //! One [`CancellationToken`] (`stop`) tells every task of the election to end; a second one
 //! (`finish`) tells the kube publisher to label the pod follower and end, once the release is
-//! done.
+//! done; a third (`serving`) closes the API and ops listeners last.
+//!
+//! Every task is spawned on one [`TaskTracker`] (the Redlock layer's, which also runs the
+//! connections' drivers), and `run` returns only once it is empty or the shutdown budget is
+//! spent: no task of the sidecar outlives `run` (tests/suite/lifecycle.rs).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,14 +24,16 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::elector::{self, Elector, Handles, Timing};
 
+use crate::k8s;
 use crate::leadership::Shared;
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
-use crate::publish::k8s;
+use crate::publish;
 use crate::redlock::Redlock;
 use crate::{Error, Result, api};
 
@@ -67,13 +73,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let ops_listener = bind(config.ops_listen, "ops.listen").await?;
 
     let stop = CancellationToken::new();
+    let serving = CancellationToken::new();
+    let tasks = redlock.tasks().clone();
     let timing = Timing::new(
         config.lease.ttl,
         config.lease.renew_every,
         config.lease.retry_every,
     );
     let kube_settings = k8s::Settings::from_config(&config);
-    let standing = start_pod_poller(kube_settings.as_ref(), &metrics, &stop);
+    let standing = start_pod_poller(&tasks, kube_settings.as_ref(), &metrics, &stop);
     let (elector, handles) = Elector::new(
         redlock.clone(),
         config.identity.clone(),
@@ -82,8 +90,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         standing,
         metrics.clone(),
     );
-    start_nodes(&redlock, &handles, &stop);
-    tokio::spawn(elector::watchdog(
+    start_nodes(&tasks, &redlock, &handles, &stop);
+    tasks.spawn(elector::watchdog(
         handles.health.clone(),
         metrics.clone(),
         timing.stall_margin,
@@ -91,16 +99,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     ));
     // The kube publisher only reads the leadership watches; it is told to finish after the
     // elector has released.
-    let publisher = kube_settings.map(|settings| start_publisher(settings, &metrics, &handles));
+    let publisher =
+        kube_settings.map(|settings| start_publisher(&tasks, settings, &metrics, &handles));
     let shared = shared(&config, &redlock, &handles);
     let api_addr = api_listener.local_addr().ok();
     let ops_addr = ops_listener.local_addr().ok();
-    tokio::spawn(api::serve(
+    tasks.spawn(api::serve(
         api_listener,
         shared.clone(),
         handles.step_down.clone(),
+        serving.clone(),
     ));
-    tokio::spawn(ops::serve(
+    tasks.spawn(ops::serve(
         ops_listener,
         Ops {
             shared,
@@ -108,6 +118,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             health: handles.health.clone(),
             nodes: redlock.nodes().to_vec(),
         },
+        serving.clone(),
     ));
     tracing::info!(
         identity = %config.identity,
@@ -120,7 +131,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         "redlock-elector started"
     );
 
-    let mut elector_task = tokio::spawn(elector.run(stop.clone()));
+    let mut elector_task = tasks.spawn(elector.run(stop.clone()));
     tokio::select! {
         _ = shutdown => {}
         r = &mut elector_task => {
@@ -128,7 +139,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     }
     let budget = shutdown_budget(config.redis.timeout);
+    let started = Instant::now();
     shut_down(stop, elector_task, &redlock, publisher, budget).await;
+    // Last, the listeners and the connections: then every task ends.
+    serving.cancel();
+    redlock.disconnect();
+    tasks.close();
+    let left = budget.saturating_sub(started.elapsed());
+    if tokio::time::timeout(left, tasks.wait()).await.is_err() {
+        tracing::warn!(
+            tasks = tasks.len(),
+            "tasks still running when the shutdown budget ran out"
+        );
+    }
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        "shutdown complete"
+    );
     Ok(())
 }
 
@@ -152,6 +179,7 @@ fn preference(config: &Config) -> elector::Preference {
 /// The candidate's standing: the own pod's revision, creation time and Ready condition in
 /// Kubernetes (polled until `stop`), nothing to wait for elsewhere.
 fn start_pod_poller(
+    tasks: &TaskTracker,
     settings: Option<&k8s::Settings>,
     metrics: &Metrics,
     stop: &CancellationToken,
@@ -160,7 +188,7 @@ fn start_pod_poller(
         return watch::channel(elector::Standing::fixed()).1;
     };
     let (tx, rx) = watch::channel(elector::Standing::unknown());
-    tokio::spawn(k8s::poll_pod(
+    tasks.spawn(k8s::poll_pod(
         settings.clone(),
         metrics.clone(),
         tx,
@@ -170,10 +198,15 @@ fn start_pod_poller(
 }
 
 /// Per node: keep the connection up, and subscribe to the release notices.
-fn start_nodes(redlock: &Redlock, handles: &Handles, stop: &CancellationToken) {
+fn start_nodes(
+    tasks: &TaskTracker,
+    redlock: &Redlock,
+    handles: &Handles,
+    stop: &CancellationToken,
+) {
     for node in redlock.nodes() {
-        tokio::spawn(node.clone().maintain(stop.clone()));
-        tokio::spawn(node.clone().subscribe(
+        tasks.spawn(node.clone().maintain(stop.clone()));
+        tasks.spawn(node.clone().subscribe(
             redlock.channel().to_string(),
             handles.notices.clone(),
             stop.clone(),
@@ -181,17 +214,17 @@ fn start_nodes(redlock: &Redlock, handles: &Handles, stop: &CancellationToken) {
     }
 }
 
-fn start_publisher(settings: k8s::Settings, metrics: &Metrics, handles: &Handles) -> Publisher {
+fn start_publisher(
+    tasks: &TaskTracker,
+    settings: k8s::Settings,
+    metrics: &Metrics,
+    handles: &Handles,
+) -> Publisher {
     metrics.new_kube_requests(&k8s::call::VERBS, &k8s::call::RESULTS);
     let finish = CancellationToken::new();
-    let task = tokio::spawn(
-        k8s::Publisher::new(
-            settings,
-            metrics.clone(),
-            handles.leadership.clone(),
-            handles.reason.clone(),
-        )
-        .run(finish.clone()),
+    let task = tasks.spawn(
+        publish::k8s::Publisher::new(settings, metrics.clone(), handles.leadership.clone())
+            .run(finish.clone()),
     );
     Publisher { finish, task }
 }
@@ -265,7 +298,7 @@ async fn shut_down(
     }
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
-        "shutdown complete"
+        "released; closing the listeners"
     );
 }
 

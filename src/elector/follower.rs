@@ -216,7 +216,6 @@ impl Elector {
                 self.metrics
                     .became_leader(Instant::now().saturating_duration_since(since));
                 let reason = self.lead(lease, stop).await;
-                self.reason_tx.send_replace(Some(reason));
                 if reason == StepDownReason::Shutdown {
                     return ControlFlow::Break(());
                 }

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::candidacy::{CandidateRead, Seat};
 use super::{Elector, StepDown, StepDownReason};
 use crate::leadership::Term;
+use crate::redlock::Lease;
 use crate::redlock::candidates::{self, Handover};
-use crate::redlock::{Lease, Notice, Successor};
 
 /// After a failed renewal, retry at a quarter of the renewal period, but not more often than
 /// this.
@@ -175,8 +175,7 @@ impl Elector {
     /// names a successor: `named`, else the best ready candidate by `lease.prefer` from a fresh
     /// read (the last read if too few nodes answer).
     async fn step_down(&mut self, lease: &Lease, reason: StepDownReason, named: Option<String>) {
-        self.publish(None, None);
-        self.reason_tx.send_replace(Some(reason));
+        self.publish_end(lease.token, reason);
         let graceful = reason.handover();
         let successor = match (graceful, named) {
             (_, Some(n)) => Some(n),
@@ -193,17 +192,7 @@ impl Elector {
         if let Some(handover) = graceful {
             self.metrics.handover(handover);
         }
-        let successor = successor.as_deref().map(|identity| Successor {
-            identity,
-            grace: self.preference.grace,
-            valid_until: lease.deadline,
-        });
-        self.redlock
-            .release(
-                &lease.value,
-                successor.map_or(Notice::Followers, Notice::Successor),
-            )
-            .await;
+        self.redlock.hand_over(lease, successor.as_deref()).await;
         self.apply_candidates(CandidateRead::none(false), Seat::Following);
     }
 

@@ -29,28 +29,14 @@ use tokio_util::sync::CancellationToken;
 pub use self::settings::{GRACE_MARGIN, Preference, Standing, Timing, grace};
 pub use self::watchdog::{LoopHealth, watchdog};
 pub use crate::leadership::CandidacyView;
-use crate::leadership::{Leadership, Term};
+pub use crate::leadership::StepDownReason;
+use crate::leadership::{Ended, Leadership, Term};
 use crate::metrics::{HandoverReason, Metrics};
 use crate::redlock::candidates::Candidate;
 use crate::redlock::{Notices, Redlock};
 
 /// Step-down requests queued before the loop takes them (each waits for its answer anyway).
 const REQUEST_QUEUE: usize = 16;
-
-/// Why this sidecar stopped leading (for logs and Kubernetes Events).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepDownReason {
-    /// `POST /leader/step-down`.
-    Requested,
-    /// The deadline passed without a renewal reaching a quorum.
-    RenewalFailed,
-    /// The election loop's timer slipped (CPU starvation, pause).
-    Stalled,
-    /// SIGTERM / SIGINT.
-    Shutdown,
-    /// A better candidate (by `lease.prefer`) had been ready for the settle time.
-    Preferred,
-}
 
 impl StepDownReason {
     /// A short machine-readable name.
@@ -114,8 +100,6 @@ pub struct Elector {
     health: Arc<LoopHealth>,
     /// Counters.
     metrics: Metrics,
-    /// Why the last term ended; read by publishers that report reasons.
-    reason_tx: watch::Sender<Option<StepDownReason>>,
     /// What the log last said about whether a quorum counts this sidecar's votes (`None`:
     /// nothing yet; `Some(None)`: it counts).
     said_wait: Option<Option<crate::redlock::node::Wait>>,
@@ -125,8 +109,6 @@ pub struct Elector {
 pub struct Handles {
     /// Leadership state.
     pub leadership: watch::Receiver<Leadership>,
-    /// Why the last term ended.
-    pub reason: watch::Receiver<Option<StepDownReason>>,
     /// Send step-down requests.
     pub step_down: mpsc::Sender<StepDownRequest>,
     /// Loop health for `/healthz`.
@@ -148,7 +130,6 @@ impl Elector {
         metrics: Metrics,
     ) -> (Self, Handles) {
         let (tx, rx) = watch::channel(Leadership::default());
-        let (reason_tx, reason_rx) = watch::channel(None);
         let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
         let (candidacy_tx, candidacy_rx) = watch::channel(CandidacyView::default());
         let health = Arc::new(LoopHealth::default());
@@ -167,11 +148,9 @@ impl Elector {
             said_wait: None,
             health: health.clone(),
             metrics,
-            reason_tx,
         };
         let handles = Handles {
             leadership: rx,
-            reason: reason_rx,
             step_down: req_tx,
             health,
             notices,
@@ -186,6 +165,15 @@ impl Elector {
             let changed = next != *s;
             *s = next;
             changed
+        });
+    }
+
+    /// Publish the end of the term with fencing token `token`, and why, in one value: a reader
+    /// that sees "not leader" sees the reason with it.
+    fn publish_end(&self, token: u64, reason: StepDownReason) {
+        self.tx.send_modify(|s| {
+            *s = s.with(None, None);
+            s.ended = Some(Ended { token, reason });
         });
     }
 

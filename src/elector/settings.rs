@@ -5,17 +5,7 @@ use std::time::Duration;
 
 use crate::config::Prefer;
 
-/// How long followers not named by a release notice wait before contending, measured against
-/// the named successor's acquisition (README "Rollouts"): on loopback the named one holds the
-/// lease 1–3 ms after the notice; a round trip to distant nodes plus a slow node's reply stays
-/// within one `redis.timeout`. So the grace is `redis.timeout` + this margin, and a named
-/// successor that is gone delays the handover by at most that much.
-pub const GRACE_MARGIN: Duration = Duration::from_millis(25);
-
-/// The grace for a given per-node timeout: `redis.timeout + GRACE_MARGIN`.
-pub fn grace(redis_timeout: Duration) -> Duration {
-    redis_timeout + GRACE_MARGIN
-}
+pub use crate::redlock::{GRACE_MARGIN, grace};
 
 /// The stall margin never goes below this, however short the renewal period.
 const MIN_STALL_MARGIN: Duration = Duration::from_millis(50);

@@ -2,7 +2,8 @@
 //! elector's `watch` of [`crate::leadership::Leadership`], so nothing it waits for can delay or
 //! change the election.
 //!
-//! - [`k8s`] — the own pod's role label, the fencing-token annotation and Events in Kubernetes,
-//!   and the own pod's standing (revision, age, Ready) for the candidate record.
+//! - [`k8s`] — the own pod's role label, the fencing-token annotation and Events in Kubernetes.
+//!   (The own pod's standing for the candidate record is an input of the elector, read by
+//!   [`crate::k8s::standing`].)
 
 pub mod k8s;

@@ -40,7 +40,7 @@ use node::Node;
 pub use lease::{Acquire, Lease, Observed, identity_of, new_value};
 pub use notices::Notices;
 pub use records::OwnRecord;
-pub use release::{Notice, Successor};
+pub use release::{GRACE_MARGIN, Notice, Successor, grace};
 pub use watch::Watched;
 
 /// Whether a quorum counts this sidecar's votes; if not, why and from when.
@@ -71,6 +71,8 @@ pub struct Redlock {
     ttl: Duration,
     /// `ttl·driftFactor + 2ms`.
     drift: Duration,
+    /// How long a release's named successor has the key reserved ([`grace`]).
+    grace: Duration,
     /// Shared metrics.
     metrics: Metrics,
     /// The highest fencing epoch this process has seen in any node's reply or used itself. A
@@ -80,6 +82,9 @@ pub struct Redlock {
     epoch_seen: AtomicU64,
     /// Releases whose last commands still run in the background (see [`Redlock::release`]).
     releasing: tokio_util::task::TaskTracker,
+    /// Every other task of the protocol (the connections' drivers); the process's tracker,
+    /// which `run` awaits at shutdown ([`Redlock::tasks`]).
+    tasks: tokio_util::task::TaskTracker,
     /// The lock commands of the current term (or attempt) per node, for the release proof
     /// ([`proof`]).
     term_log: std::sync::Mutex<proof::TermLog>,
@@ -91,6 +96,7 @@ pub struct Redlock {
 impl Redlock {
     /// Build the node set from config (no I/O).
     pub fn new(config: &Config, metrics: Metrics) -> Result<Self, redis::RedisError> {
+        let tasks = tokio_util::task::TaskTracker::new();
         let mut nodes = Vec::new();
         for ep in &config.redis.endpoints {
             nodes.push(Node::new(
@@ -110,6 +116,7 @@ impl Redlock {
                     )
                 },
                 metrics.clone(),
+                tasks.clone(),
             )?);
         }
         let key = format!("{}{}", config.lease.key_prefix, config.lease.name);
@@ -122,12 +129,28 @@ impl Redlock {
             nodes,
             ttl: config.lease.ttl,
             drift: math::drift(config.lease.ttl, config.lease.drift_factor),
+            grace: grace(config.redis.timeout),
             metrics,
             epoch_seen: AtomicU64::new(0),
             releasing: tokio_util::task::TaskTracker::new(),
+            tasks,
             term_log: std::sync::Mutex::new(proof::TermLog::default()),
             watched_holder: std::sync::Mutex::new(String::new()),
         })
+    }
+
+    /// The tracker every task of the process is spawned on (`run` adds its own): the
+    /// connections' drivers are, and shutdown awaits it after [`Redlock::disconnect`].
+    pub fn tasks(&self) -> &tokio_util::task::TaskTracker {
+        &self.tasks
+    }
+
+    /// Drop every node's connection (shutdown, once [`Redlock::settled`]): their driver tasks
+    /// end.
+    pub fn disconnect(&self) {
+        for node in &self.nodes {
+            node.disconnect();
+        }
     }
 
     /// The nodes, for the maintenance and subscription tasks.

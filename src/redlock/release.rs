@@ -15,6 +15,18 @@ use super::candidates;
 use super::proof;
 use super::scripts::scripts;
 
+/// How long followers not named by a release notice wait before contending, measured against
+/// the named successor's acquisition (README "Rollouts"): on loopback the named one holds the
+/// lease 1–3 ms after the notice; a round trip to distant nodes plus a slow node's reply stays
+/// within one `redis.timeout`. So the grace is `redis.timeout` + this margin, and a named
+/// successor that is gone delays the handover by at most that much.
+pub const GRACE_MARGIN: Duration = Duration::from_millis(25);
+
+/// The grace for a given per-node timeout: `redis.timeout + GRACE_MARGIN`.
+pub fn grace(redis_timeout: Duration) -> Duration {
+    redis_timeout + GRACE_MARGIN
+}
+
 /// Whom a release tells that the key is free.
 #[derive(Clone, Copy, Debug)]
 pub enum Notice<'a> {
@@ -40,6 +52,22 @@ pub struct Successor<'a> {
 }
 
 impl Redlock {
+    /// The graceful release of `lease` at a step-down: the notice goes to every follower, and
+    /// names `successor` when the elector chose one (the key stays reserved for it for the
+    /// [`grace`] on each node, with the release proof while the lease is valid). The notice is
+    /// built here; the elector only decides whom it names.
+    pub async fn hand_over(&self, lease: &super::Lease, successor: Option<&str>) {
+        let notice = match successor {
+            Some(identity) => Notice::Successor(Successor {
+                identity,
+                grace: self.grace,
+                valid_until: lease.deadline,
+            }),
+            None => Notice::Followers,
+        };
+        self.release(&lease.value, notice).await;
+    }
+
     /// Token-checked delete on every node in parallel, publishing the release notice as
     /// `notice` says.
     ///

@@ -19,6 +19,7 @@ mod election;
 mod fault_schedule;
 mod fresh_handover;
 mod kube_labels;
+mod lifecycle;
 mod managed_redis;
 mod mixed_versions;
 mod openapi_live;

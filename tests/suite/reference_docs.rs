@@ -244,7 +244,7 @@ fn render_metrics() -> String {
         &redlock_elector::redlock::node::endpoint_labels(),
     );
     // As the Kubernetes publisher does when it starts.
-    use redlock_elector::publish::k8s::call::{RESULTS, VERBS};
+    use redlock_elector::k8s::call::{RESULTS, VERBS};
     metrics.new_kube_requests(&VERBS, &RESULTS);
     let values = start_values(&registry);
     let mut out = format!(

@@ -8,12 +8,12 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::call::CallError;
 use super::events::Events;
 use super::pods::Pods;
-use super::{BACKOFF_MAX, Role, Settings, Wanted, connect, retry_backoff};
+use super::{BACKOFF_MAX, Role, Wanted, retry_backoff};
 use crate::backoff::Backoff;
-use crate::elector::StepDownReason;
+use crate::k8s::CallError;
+use crate::k8s::{Settings, connect};
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 
@@ -26,10 +26,8 @@ pub struct Publisher {
     settings: Settings,
     /// Request counters.
     metrics: Metrics,
-    /// Leadership as the elector publishes it.
+    /// Leadership as the elector publishes it (with why the last term ended, for Events).
     leadership: watch::Receiver<Leadership>,
-    /// Why the last term ended (for Events).
-    reason: watch::Receiver<Option<StepDownReason>>,
 }
 
 /// The converge loop's state between wake-ups.
@@ -116,13 +114,11 @@ impl Publisher {
         settings: Settings,
         metrics: Metrics,
         leadership: watch::Receiver<Leadership>,
-        reason: watch::Receiver<Option<StepDownReason>>,
     ) -> Self {
         Publisher {
             settings,
             metrics,
             leadership,
-            reason,
         }
     }
 
@@ -145,7 +141,7 @@ impl Publisher {
                 namespace,
                 metrics,
                 uid_rx,
-                self.reason.clone(),
+                self.leadership.clone(),
             )
         });
         let mut state = Converge::new();

@@ -12,12 +12,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
-use super::call::{CallError, call};
-use super::{Role, Settings, retry_backoff};
+use super::{Role, retry_backoff};
 use crate::elector::StepDownReason;
+use crate::k8s::Settings;
+use crate::k8s::call::{CallError, call};
+use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 
 /// `source.component` / `reportingComponent` of Events.
@@ -31,12 +33,14 @@ const QUEUE: usize = 32;
 
 /// The publisher's end of the Event queue.
 pub(super) struct Events {
-    /// Why the last term ended, as the elector publishes it (read when a loss is sent).
-    reason: watch::Receiver<Option<StepDownReason>>,
+    /// Leadership as the elector publishes it: why a term ended is read from it when the loss
+    /// is sent.
+    leadership: watch::Receiver<Leadership>,
     /// The queue to the sender task.
     tx: mpsc::Sender<EventJob>,
-    /// The sender task, awaited at the end so queued Events still go out.
-    task: JoinHandle<()>,
+    /// The sender task, awaited at the end so queued Events still go out; aborted if the
+    /// publisher is dropped first (its task aborted at the end of the shutdown budget).
+    task: AbortOnDropHandle<()>,
 }
 
 /// An Event waiting to be sent.
@@ -55,14 +59,14 @@ enum EventKind {
         token: u64,
     },
     /// Lost leadership. The reason is read when the Event is first sent: the elector publishes it
-    /// right after the step-down, which the publisher may see first (at the deadline). The
-    /// receiver was marked seen when the term began, so an unchanged value means the reason is
-    /// not out yet.
+    /// with the step-down ([`crate::leadership::Ended`]), but the publisher may see the term end
+    /// first, at its deadline; a term the elector has not ended yet by then did not renew in
+    /// time.
     Lost {
         /// The ended term's fencing token, named in the message.
         token: u64,
-        /// The elector's step-down reason, read when the Event is sent.
-        reason: watch::Receiver<Option<StepDownReason>>,
+        /// Leadership as the elector publishes it, read when the Event is sent.
+        leadership: watch::Receiver<Leadership>,
     },
 }
 
@@ -74,7 +78,7 @@ impl Events {
         namespace: String,
         metrics: Metrics,
         uid: watch::Receiver<Option<String>>,
-        reason: watch::Receiver<Option<StepDownReason>>,
+        leadership: watch::Receiver<Leadership>,
     ) -> Self {
         let (tx, jobs) = mpsc::channel(QUEUE);
         let sender = Sender {
@@ -85,9 +89,9 @@ impl Events {
             uid,
         };
         Events {
-            reason,
+            leadership,
             tx,
-            task: tokio::spawn(sender.run(jobs)),
+            task: AbortOnDropHandle::new(tokio::spawn(sender.run(jobs))),
         }
     }
 
@@ -98,12 +102,10 @@ impl Events {
         if let Role::Leader { token } = from {
             jobs.push(EventKind::Lost {
                 token,
-                reason: self.reason.clone(),
+                leadership: self.leadership.clone(),
             });
         }
         if let Role::Leader { token } = to {
-            // Whatever ends this term will be a new value.
-            self.reason.borrow_and_update();
             jobs.push(EventKind::BecameLeader { token });
         }
         for kind in jobs {
@@ -169,13 +171,13 @@ impl Sender {
                     "{identity} became leader of lease {lease} (fencing token {token})"
                 ),
             },
-            EventKind::Lost { token, mut reason } => {
-                let why = match reason.has_changed() {
-                    Ok(false) => None,
-                    _ => *reason.borrow_and_update(),
-                }
-                // Seen at the deadline before the elector said why: the renewal did not make it.
-                .unwrap_or(StepDownReason::RenewalFailed);
+            EventKind::Lost { token, leadership } => {
+                let why = match leadership.borrow().ended {
+                    Some(ended) if ended.token == token => ended.reason,
+                    // Seen at the deadline before the elector said why: the renewal did not
+                    // make it.
+                    _ => StepDownReason::RenewalFailed,
+                };
                 let type_ = match why {
                     StepDownReason::RenewalFailed | StepDownReason::Stalled => "Warning",
                     StepDownReason::Requested

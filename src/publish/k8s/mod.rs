@@ -14,41 +14,30 @@
 //!   still reaches the server is rejected (409) instead of overwriting a newer one.
 //! - Events ("became leader", "lost leadership: `<reason>`") go through a small queue on their own
 //!   task, best effort, so they never hold up a label.
-//! - [`poll_pod`] reads the own pod for the elector's candidate record: its revision
-//!   (`pod-template-hash` / `controller-revision-hash`) and `creationTimestamp` once, and its
-//!   Ready condition every [`POD_POLL`] (a GET; no watch verb, no new RBAC).
 //!
 //! The rooms: [`converge`] (the loop that drives the label to the wanted role), [`patch`] (pure
 //! merge-patch builders), `pods` (the pod calls, demote before promote), `events` (the Event
-//! queue and its sender), [`call`] (one counted API call and its typed error), [`standing`] (the
-//! pod poller).
-//!
-//! The client comes from `kube::Config::infer()`: `KUBECONFIG` / `~/.kube/config` for local runs,
-//! else the in-cluster service account. That is the one place outside `config` that reads env and
-//! files, because the kube client owns that logic.
+//! queue and its sender). The client, its settings and the counted API call are
+//! [`crate::k8s`]'s, shared with the pod reader there (an input of the elector, not part of this
+//! publisher).
 //!
 //! RBAC used: pods get, list, patch; events create (core group), in the pod's own namespace.
 
 use std::ops::Range;
 use std::time::Duration;
 
-use kube::Client;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::config::Config;
 use crate::leadership::Leadership;
 
-pub mod call;
 pub mod converge;
 mod events;
 pub mod patch;
 mod pods;
-pub mod standing;
 
-pub use call::CallError;
+pub use crate::k8s::{CallError, Settings, call};
 pub use converge::Publisher;
-pub use standing::{POD_POLL, poll_pod, standing_of};
 
 /// Label that marks the pods of one lease; the demotion selector starts with it.
 pub const LEASE_LABEL: &str = "redlock-elector/lease";
@@ -65,8 +54,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Each retry delay is scaled by a factor from this range, so that replicas that lost the API
 /// server together do not come back in step.
 const BACKOFF_JITTER: Range<f64> = 0.5..1.0;
-/// How long the client waits for a TCP (and TLS) connection to the API server.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The backoff of every retry against the API server (label updates and Events).
 fn retry_backoff() -> Backoff {
@@ -108,81 +95,6 @@ impl Wanted {
             },
         }
     }
-}
-
-/// The fixed part of the publisher's configuration.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Lease name (value of [`LEASE_LABEL`]).
-    pub lease: String,
-    /// Own identity, for Event messages.
-    pub identity: String,
-    /// Own pod name.
-    pub pod: String,
-    /// Own namespace; `None` = the kube client's default (service account / kubeconfig context).
-    pub namespace: Option<String>,
-    /// Role label key.
-    pub label_key: String,
-    /// Role label value while leader.
-    pub label_leader: String,
-    /// Role label value while follower.
-    pub label_follower: String,
-    /// Emit Events.
-    pub events: bool,
-    /// Publish [`TOKEN_ANNOTATION`].
-    pub token_annotation: bool,
-}
-
-impl Settings {
-    /// From the validated config; `None` if publishing is off.
-    pub fn from_config(config: &Config) -> Option<Settings> {
-        let k = &config.kubernetes;
-        if !k.is_enabled() {
-            return None;
-        }
-        Some(Settings {
-            lease: config.lease.name.clone(),
-            identity: config.identity.clone(),
-            // Validation requires a pod name whenever publishing is on.
-            pod: k.pod_name.clone()?,
-            namespace: k.namespace.clone(),
-            label_key: k.label_key.clone(),
-            label_leader: k.label_leader.clone(),
-            label_follower: k.label_follower.clone(),
-            events: k.events,
-            token_annotation: k.fencing_token_annotation,
-        })
-    }
-
-    /// The namespace to work in: the configured one, else the client's default.
-    fn namespace_of(&self, client: &Client) -> String {
-        self.namespace
-            .clone()
-            .unwrap_or_else(|| client.default_namespace().to_string())
-    }
-}
-
-/// Why no client could be built.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// Neither a kubeconfig nor an in-cluster service account was found or usable.
-    #[error(transparent)]
-    Infer(#[from] kube::config::InferConfigError),
-    /// The configuration was found but the client could not be built from it (e.g. TLS).
-    #[error(transparent)]
-    Client(#[from] kube::Error),
-}
-
-/// A client from `kube::Config::infer()`, with the request timeouts of [`call::REQUEST_TIMEOUT`].
-async fn connect(settings: &Settings) -> Result<Client, ConnectError> {
-    let mut config = kube::Config::infer().await?;
-    config.connect_timeout = Some(CONNECT_TIMEOUT);
-    config.read_timeout = Some(call::REQUEST_TIMEOUT);
-    config.write_timeout = Some(call::REQUEST_TIMEOUT);
-    if let Some(ns) = &settings.namespace {
-        config.default_namespace = ns.clone();
-    }
-    Ok(Client::try_from(config)?)
 }
 
 #[cfg(test)]

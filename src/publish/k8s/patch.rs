@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use super::{LEASE_LABEL, Role, Settings, TOKEN_ANNOTATION, UPDATED_ANNOTATION};
+use super::{LEASE_LABEL, Role, TOKEN_ANNOTATION, UPDATED_ANNOTATION};
+use crate::k8s::Settings;
 
 impl Settings {
     /// Merge patch for the own pod: lease label, role label, [`UPDATED_ANNOTATION`] = `now`

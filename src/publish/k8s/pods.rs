@@ -6,8 +6,9 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use tokio::sync::watch;
 
-use super::call::{CallError, call};
-use super::{Role, Settings};
+use super::Role;
+use crate::k8s::Settings;
+use crate::k8s::call::{CallError, call};
 use crate::metrics::Metrics;
 
 /// Immediate retries after a 409 (someone else changed the pod: re-read and re-apply).

@@ -28,6 +28,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::task::TaskTracker;
 
 use redis::aio::{MultiplexedConnection, PubSub};
 use redis::io::tcp::socket2;
@@ -84,6 +85,8 @@ pub struct Connector {
     password: Password,
     /// Bound of each step (resolve, TCP, TLS, AUTH).
     connect_timeout: Duration,
+    /// Where the connections' drivers run (the process's tracker, awaited at shutdown).
+    tasks: TaskTracker,
 }
 
 /// A bidirectional byte stream (TCP or TLS over TCP).
@@ -91,8 +94,13 @@ trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 impl Connector {
-    /// Build from config: reads the TLS files (CA, client certificate and key) once.
-    pub fn new(endpoint: &Endpoint, redis: &RedisConfig) -> Result<Connector, TlsError> {
+    /// Build from config: reads the TLS files (CA, client certificate and key) once. The
+    /// connections' drivers are spawned on `tasks`.
+    pub fn new(
+        endpoint: &Endpoint,
+        redis: &RedisConfig,
+        tasks: TaskTracker,
+    ) -> Result<Connector, TlsError> {
         let tls = if endpoint.tls {
             Some(tls_settings(endpoint, redis)?)
         } else {
@@ -116,6 +124,7 @@ impl Connector {
             username: endpoint.username.clone().or(redis.username.clone()),
             password,
             connect_timeout: redis.connect_timeout,
+            tasks,
         })
     }
 
@@ -139,7 +148,7 @@ impl Connector {
         let setup = MultiplexedConnection::new_with_config(&info, stream, config);
         let (conn, driver) = self.bounded("AUTH", setup).await?;
         // The driver ends once every clone of the connection is dropped.
-        tokio::spawn(driver);
+        self.tasks.spawn(driver);
         Ok(conn)
     }
 

@@ -133,6 +133,13 @@ impl Node {
     }
 
     /// Drop the connection a command saw break, and wake the maintenance task to reconnect.
+    /// Drop the connection for good (shutdown, after the last release): its driver task ends
+    /// once the commands still holding a clone of it are done. [`Node::maintain`] has ended by
+    /// then, so nothing reconnects.
+    pub fn disconnect(&self) {
+        lock(&self.conn).take();
+    }
+
     pub(super) fn mark_broken(&self) {
         if lock(&self.conn).take().is_some() {
             self.metrics.set_redis_up(&self.endpoint.name, false);

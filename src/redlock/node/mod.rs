@@ -107,9 +107,10 @@ impl Node {
         quarantine: Quarantine,
         clock_policy: clock::Policy,
         metrics: Metrics,
+        tasks: tokio_util::task::TaskTracker,
     ) -> Result<Arc<Node>, redis::RedisError> {
         LazyLock::force(&ORIGIN);
-        let connector = Connector::new(&endpoint, redis).map_err(|e| {
+        let connector = Connector::new(&endpoint, redis, tasks).map_err(|e| {
             let detail = e.to_string();
             redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis.tls", detail))
         })?;

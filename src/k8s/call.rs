@@ -11,7 +11,7 @@ use crate::metrics::Metrics;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every `verb` label of `redlock_elector_kube_requests_total`: pods get, list and patch,
-/// events create (the calls of `pods.rs`, `standing.rs` and `events.rs`).
+/// events create (the calls of `standing.rs` and of `publish::k8s`'s `pods.rs` and `events.rs`).
 pub const VERBS: [&str; 4] = ["get", "list", "patch", "create"];
 
 /// Every `result` label: `ok`, each [`CallError::metric_label`], and `cancelled` (see

@@ -1,0 +1,103 @@
+//! The Kubernetes client side the sidecar shares between an input and a consumer of the
+//! election:
+//! - [`standing`]: the own pod's standing as a candidate (revision, creation time, Ready), read
+//!   by [`poll_pod`] and given to the elector as an input that `run` declares;
+//! - [`crate::publish::k8s`]: the pod label, the fencing-token annotation and Events, which only
+//!   read the elector's leadership.
+//!
+//! Here: the [`Settings`] both use, the client ([`connect`]) and [`call`] (one counted API call
+//! and its typed error).
+//!
+//! The client comes from `kube::Config::infer()`: `KUBECONFIG` / `~/.kube/config` for local runs,
+//! else the in-cluster service account. That is the one place outside `config` that reads env and
+//! files, because the kube client owns that logic.
+
+use std::time::Duration;
+
+use kube::Client;
+
+use crate::config::Config;
+
+pub mod call;
+pub mod standing;
+
+pub use call::CallError;
+pub use standing::{POD_POLL, poll_pod, standing_of};
+
+/// How long the client waits for a TCP (and TLS) connection to the API server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The fixed part of the publisher's configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Lease name (value of [`LEASE_LABEL`]).
+    pub lease: String,
+    /// Own identity, for Event messages.
+    pub identity: String,
+    /// Own pod name.
+    pub pod: String,
+    /// Own namespace; `None` = the kube client's default (service account / kubeconfig context).
+    pub namespace: Option<String>,
+    /// Role label key.
+    pub label_key: String,
+    /// Role label value while leader.
+    pub label_leader: String,
+    /// Role label value while follower.
+    pub label_follower: String,
+    /// Emit Events.
+    pub events: bool,
+    /// Publish [`TOKEN_ANNOTATION`].
+    pub token_annotation: bool,
+}
+
+impl Settings {
+    /// From the validated config; `None` if publishing is off.
+    pub fn from_config(config: &Config) -> Option<Settings> {
+        let k = &config.kubernetes;
+        if !k.is_enabled() {
+            return None;
+        }
+        Some(Settings {
+            lease: config.lease.name.clone(),
+            identity: config.identity.clone(),
+            // Validation requires a pod name whenever publishing is on.
+            pod: k.pod_name.clone()?,
+            namespace: k.namespace.clone(),
+            label_key: k.label_key.clone(),
+            label_leader: k.label_leader.clone(),
+            label_follower: k.label_follower.clone(),
+            events: k.events,
+            token_annotation: k.fencing_token_annotation,
+        })
+    }
+
+    /// The namespace to work in: the configured one, else the client's default.
+    pub(crate) fn namespace_of(&self, client: &Client) -> String {
+        self.namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string())
+    }
+}
+
+/// Why no client could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Neither a kubeconfig nor an in-cluster service account was found or usable.
+    #[error(transparent)]
+    Infer(#[from] kube::config::InferConfigError),
+    /// The configuration was found but the client could not be built from it (e.g. TLS).
+    #[error(transparent)]
+    Client(#[from] kube::Error),
+}
+
+/// A client from `kube::Config::infer()`, with the request timeouts of [`call::REQUEST_TIMEOUT`].
+pub(crate) async fn connect(settings: &Settings) -> Result<Client, ConnectError> {
+    let mut config = kube::Config::infer().await?;
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.read_timeout = Some(call::REQUEST_TIMEOUT);
+    config.write_timeout = Some(call::REQUEST_TIMEOUT);
+    if let Some(ns) = &settings.namespace {
+        config.default_namespace = ns.clone();
+    }
+    Ok(Client::try_from(config)?)
+}
