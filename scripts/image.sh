@@ -81,9 +81,11 @@ build_binary() {
   [ -x "$bin" ] || die "no binary at $bin"
   ensure_apt strip binutils >&2
   mkdir -p "$out"
-  cp "$bin" "$out/redlock-elector.tmp"
-  strip "$out/redlock-elector.tmp" || die "strip failed"
-  mv "$out/redlock-elector.tmp" "$out/redlock-elector"
+  # A name of this process's own: two builds may finish at once (test.sh's background one and a
+  # check's), and a shared name let one move the other's copy away before its strip.
+  cp "$bin" "$out/redlock-elector.tmp.$$"
+  strip "$out/redlock-elector.tmp.$$" || die "strip failed"
+  mv "$out/redlock-elector.tmp.$$" "$out/redlock-elector"
   # distroless/static has no libc: a dynamically linked binary would not start.
   if LC_ALL=C readelf -l "$out/redlock-elector" | grep -q 'Requesting program interpreter'; then
     die "$out/redlock-elector is dynamically linked (it has a program interpreter); the image has no libc"
