@@ -14,6 +14,11 @@ use std::time::{Duration, Instant};
 use common::*;
 use redlock_elector::run;
 
+/// How long after `run` returned a task may still be counted: the runtime's teardown of tasks
+/// that were told to end. The tasks `run` leaves running without its shutdown (checked by hand:
+/// with the listeners and connections left open, five outlive it) never end.
+const SETTLE: Duration = Duration::from_millis(500);
+
 #[test]
 fn no_task_outlives_run() {
     let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
@@ -65,21 +70,32 @@ fn no_task_outlives_run() {
     let result = rt.block_on(run::run(config, async {
         let _ = stopped.await;
     }));
-    let left = rt.metrics().num_alive_tasks();
+    let returned = Instant::now();
+    // A task that was told to end (aborted, or its connection dropped) is counted until the
+    // runtime has polled it once more; under load (the suite's other tests) one such was still
+    // counted the moment run returned. A task left running never ends.
+    let left = wait_for(SETTLE, Duration::from_millis(5), || {
+        (rt.metrics().num_alive_tasks() == 0).then_some(0)
+    })
+    .unwrap_or_else(|| rt.metrics().num_alive_tasks());
+    let settled = returned.elapsed();
     let (led, metrics, running, signalled) = driver.join().expect("the driver thread");
-    let took = signalled.elapsed();
+    let took = returned.duration_since(signalled);
     assert!(result.is_ok(), "run failed: {result:?}");
     assert!(led, "the in-process sidecar did not become leader");
     assert_eq!(metrics, Some(200), "the ops port did not answer");
     report(
         "tasks alive while leading, and once run returned",
-        format!("{running}, {left} (shutdown {took:?})"),
+        format!("{running}, {left} (shutdown {took:?}; none left {settled:?} after it returned)"),
     );
     assert!(
         running > 0,
         "the runtime's task count is not what this test reads"
     );
-    assert_eq!(left, 0, "{left} task(s) outlived run");
+    assert_eq!(
+        left, 0,
+        "{left} task(s) still alive {SETTLE:?} after run returned"
+    );
     // The key is gone: the release was part of it.
     for n in &nodes {
         assert_eq!(
