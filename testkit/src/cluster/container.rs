@@ -6,11 +6,19 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, ServiceAccount};
-use kube::Api;
 use kube::api::PostParams;
+use kube::{Api, Client};
 use serde_json::json;
 
-use super::kubelet::Ctx;
+/// What reading a pod's container needs from the cluster: the client and namespace, and the
+/// apiserver URL and CA bundle (base64) for the pods' kubeconfigs. The stand-in kubelet holds one.
+#[derive(Clone)]
+pub struct Apiserver {
+    pub client: Client,
+    pub ns: String,
+    pub server: String,
+    pub ca: String,
+}
 
 /// How to run one pod's sidecar.
 pub struct Prepared {
@@ -39,7 +47,7 @@ fn sidecar_container(pod: &Pod) -> Container {
 
 /// Read the pod's sidecar container and lay out its files under `pod_dir`; `bind` is the
 /// loopback address it listens on.
-pub async fn prepare(ctx: &Ctx, pod: &Pod, bind: &str, pod_dir: &Path) -> Prepared {
+pub async fn prepare(ctx: &Apiserver, pod: &Pod, bind: &str, pod_dir: &Path) -> Prepared {
     let name = pod.metadata.name.clone().unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
     let spec = pod.spec.clone().unwrap();

@@ -34,7 +34,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::ControlPlane;
-use super::container::{Prepared, prepare};
+use super::container::{Apiserver, Prepared, prepare};
 
 /// kubelet's first CrashLoopBackOff delay.
 const RESTART_BACKOFF: Duration = Duration::from_secs(10);
@@ -113,15 +113,17 @@ impl Kubelet {
         let node = format!("stand-in-{subnet}");
         let dir = crate::common::tempdir();
         let ctx = Ctx {
-            client: cp.client.clone(),
-            ns: namespace.into(),
+            api: Apiserver {
+                client: cp.client.clone(),
+                ns: namespace.into(),
+                server: cp.server(),
+                ca: cp.ca_data(),
+            },
             node: node.clone(),
             subnet,
-            server: cp.server(),
-            ca: cp.ca_data(),
             dir: dir.path().to_path_buf(),
         };
-        cp.block_on(create_node(&ctx.client, &node, subnet));
+        cp.block_on(create_node(&ctx.api.client, &node, subnet));
         let runs: Runs = Default::default();
         let (stop, stop_rx) = watch::channel(false);
         cp.rt
@@ -184,14 +186,11 @@ impl Drop for Kubelet {
 }
 
 #[derive(Clone)]
-pub(super) struct Ctx {
-    pub client: Client,
-    pub ns: String,
+struct Ctx {
+    /// The apiserver as the pods see it (also what reading their containers needs).
+    api: Apiserver,
     node: String,
     subnet: u32,
-    /// The apiserver URL and CA bundle (base64) for the pods' kubeconfigs.
-    pub server: String,
-    pub ca: String,
     dir: PathBuf,
 }
 
@@ -214,7 +213,7 @@ async fn create_node(client: &Client, name: &str, subnet: u32) {
 }
 
 async fn main_loop(ctx: Ctx, selector: String, runs: Runs, stop: watch::Receiver<bool>) {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.api.client.clone(), &ctx.api.ns);
     let mut started: HashMap<String, watch::Sender<bool>> = HashMap::new();
     let mut next_host = 2u32;
     while !*stop.borrow() {
@@ -266,7 +265,7 @@ async fn run_pod(
 ) {
     let name = pod.metadata.name.clone().unwrap();
     let uid = pod.metadata.uid.clone().unwrap();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.api.client.clone(), &ctx.api.ns);
     let spec = pod.spec.clone().unwrap();
     let ip = format!("10.244.{}.{host}", ctx.subnet);
     let bind = format!("127.244.{}.{host}", ctx.subnet);
@@ -309,7 +308,7 @@ async fn run_pod(
         ops_port,
         ready_path,
         probe_every,
-    } = prepare(&ctx, &pod, &bind, &pod_dir).await;
+    } = prepare(&ctx.api, &pod, &bind, &pod_dir).await;
     let log = pod_dir.join("sidecar.log");
     runs.lock().unwrap().insert(
         uid.clone(),
