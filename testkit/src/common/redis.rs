@@ -100,6 +100,11 @@ impl Redis {
     }
 
     fn launch(extra: &[&str], shiftable: bool) -> Redis {
+        Redis::launch_with(extra, shiftable, None)
+    }
+
+    /// Start on a free port: plain, or TLS-only with `tls`.
+    fn launch_with(extra: &[&str], shiftable: bool, tls: Option<TlsServer>) -> Redis {
         let mut r = Redis {
             port: free_port(),
             started: Instant::now(),
@@ -108,7 +113,7 @@ impl Redis {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             shiftable,
             offset_ms: Default::default(),
-            tls: None,
+            tls,
         };
         r.spawn();
         r
@@ -147,23 +152,13 @@ impl Redis {
     /// Start a TLS-only server (no plain port) with `pki`'s server certificate, on a free port.
     /// `client_certs`: `--tls-auth-clients yes`. The test reaches it over a unix socket.
     pub fn start_tls(pki: &Pki, client_certs: bool, extra: &[&str]) -> Redis {
-        let mut r = Redis {
-            port: free_port(),
-            started: Instant::now(),
-            child: None,
-            dir: tempdir(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            shiftable: false,
-            offset_ms: Default::default(),
-            tls: Some(TlsServer {
-                cert: pki.path("server.crt"),
-                key: pki.path("server.key"),
-                ca: pki.path("ca.crt"),
-                auth_clients: client_certs,
-            }),
+        let tls = TlsServer {
+            cert: pki.path("server.crt"),
+            key: pki.path("server.key"),
+            ca: pki.path("ca.crt"),
+            auth_clients: client_certs,
         };
-        r.spawn();
-        r
+        Redis::launch_with(extra, false, Some(tls))
     }
 
     /// The unix socket of a TLS server.
