@@ -1,6 +1,6 @@
 //! The harness's HTTP client: a fresh connection per request, bounded in time.
 
-use super::*;
+use std::time::Duration;
 
 /// One HTTP request to a sidecar on loopback; `None` when it cannot be made or answered within
 /// 5 s. Returns (status, body).

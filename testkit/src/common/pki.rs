@@ -1,6 +1,9 @@
 //! A throwaway certificate authority for the TLS tests, made with the real `openssl`.
 
-use super::*;
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::base::tempdir;
 
 /// `openssl`, or a panic that says how to install it. Never a silent skip.
 pub fn openssl_bin() -> PathBuf {

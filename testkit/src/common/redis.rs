@@ -1,7 +1,12 @@
 //! Real `redis-server` processes on loopback ports (plain, TLS, ACL, clock-shifted), and the RESP
 //! helpers that talk to them without a client library.
 
-use super::*;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::base::{free_port, signal, tempdir, wait_for};
+use super::pki::Pki;
 
 /// `redis-server`, or a panic that says how to install it. Never a silent skip.
 pub fn redis_server_bin() -> PathBuf {

@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::*;
+use super::base::wait_for;
+use super::http::http_timeout;
+use super::redis::Redis;
+use super::sidecar::{Opts, Sidecar, View, sole_leader};
 
 pub fn opts(lease: &str, prefer: &str, priority: i64, settle: &str) -> Opts {
     Opts {

@@ -1,7 +1,15 @@
 //! The real `redlock-elector` binary as a process (`Sidecar`), its options, its `/leader` answer,
 //! and the library config the in-process tests build.
 
-use super::*;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use super::base::{free_port, signal, tempdir, wait_for};
+use super::http::http;
+use super::redis::Redis;
 
 /// The answer of `GET /leader`.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
