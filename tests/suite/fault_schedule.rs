@@ -36,7 +36,7 @@ use rand::{Rng, SeedableRng};
 use common::*;
 use fault::checker::{Checker, analyze};
 use fault::proxy::{LinkFault, Proxy};
-use fault::{describe, env_u64};
+use fault::{api_ports, describe, env_u64};
 
 const SIDECARS: usize = 3;
 const NODES: usize = 5;
@@ -470,12 +470,7 @@ fn run(default_seconds: u64) {
     let sidecars: Vec<Option<Sidecar>> = (0..SIDECARS)
         .map(|s| Some(Sidecar::start_urls(NAMES[s], &proxy.urls(s), &opts())))
         .collect();
-    let checker = Checker::start(
-        &sidecars
-            .iter()
-            .map(|s| s.as_ref().unwrap().api_port)
-            .collect::<Vec<_>>(),
-    );
+    let checker = Checker::start(&api_ports(&sidecars));
     let started = Instant::now();
     let mut w = World {
         rng: StdRng::seed_from_u64(seed),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::*;
 use fault::checker::{Checker, analyze};
-use fault::describe;
+use fault::{api_ports, describe};
 
 const TTL: Duration = Duration::from_secs(1);
 const EPOCH_KEY: &str = "redlock-elector:test:epoch";
@@ -55,12 +55,7 @@ fn tokens_increase_across_handovers_crashes_and_empty_restarts() {
         .iter()
         .map(|n| Some(Sidecar::start(n, &refs, &Opts::default())))
         .collect();
-    let checker = Checker::start(
-        &sidecars
-            .iter()
-            .map(|s| s.as_ref().unwrap().api_port)
-            .collect::<Vec<_>>(),
-    );
+    let checker = Checker::start(&api_ports(&sidecars));
     let mut tokens = Vec::new();
 
     // Graceful handovers and crashes; each replaced sidecar comes back in its slot.

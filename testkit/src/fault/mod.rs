@@ -1,7 +1,8 @@
 //! Fault injection for the safety tests: the TCP fault proxy ([`proxy`]), the leadership
-//! checker ([`checker`]), and small helpers. Used with `mod common; mod fault;`.
+//! checker ([`checker`], its pure analysis in [`analysis`]), and small helpers. Used with `mod common; mod fault;`.
 #![allow(dead_code)]
 
+pub mod analysis;
 pub mod checker;
 pub mod proxy;
 
@@ -42,6 +43,14 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
             .parse()
             .unwrap_or_else(|_| panic!("{name}={v:?} is not a non-negative integer")),
     }
+}
+
+/// The API ports of sidecar slots that each run one now, for [`checker::Checker::start`].
+pub fn api_ports(sidecars: &[Option<Sidecar>]) -> Vec<u16> {
+    sidecars
+        .iter()
+        .map(|s| s.as_ref().expect("every slot runs a sidecar").api_port)
+        .collect()
 }
 
 /// The S1/S2 findings as text, for assertion messages.
