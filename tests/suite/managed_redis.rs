@@ -198,6 +198,17 @@ fn redis_up(s: &Sidecar) -> f64 {
     common::metric_sum(s, "redlock_elector_redis_up{")
 }
 
+/// Wait until every sidecar has all three nodes up (`redlock_elector_redis_up`), `within` each;
+/// else fail naming the sidecar, `what` and its log.
+fn wait_all_connected(sidecars: &[Sidecar], within: Duration, what: &str) {
+    for s in sidecars {
+        wait_for(within, Duration::from_millis(10), || {
+            (redis_up(s) == 3.0).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{} {what}:\n{}", s.identity, s.logs()));
+    }
+}
+
 fn wait_sole_leader(sidecars: &[&Sidecar], within: Duration) -> usize {
     wait_for(within, Duration::from_millis(10), || sole_leader(sidecars)).unwrap_or_else(|| {
         let logs: Vec<String> = sidecars.iter().map(|s| s.logs()).collect();
@@ -498,6 +509,13 @@ fn failures_are_classified_within_a_second() {
         .iter()
         .map(|u| u.trim_start_matches("rediss://").to_string())
         .collect();
+    // A TLS node set that cannot answer in time: the connect timeout well below the watchdog's.
+    let short_timeout = vec![
+        "--redis-tls-ca-file",
+        &ca,
+        "--redis-connect-timeout",
+        "300ms",
+    ];
     struct Case<'a> {
         name: &'a str,
         urls: &'a [String],
@@ -572,12 +590,7 @@ fn failures_are_classified_within_a_second() {
             name: "timeout",
             urls: &silent,
             endpoints: &silent_eps,
-            flags: vec![
-                "--redis-tls-ca-file",
-                &ca,
-                "--redis-connect-timeout",
-                "300ms",
-            ],
+            flags: short_timeout.clone(),
             password: pw,
             reason: "timeout",
             says: "within",
@@ -586,12 +599,7 @@ fn failures_are_classified_within_a_second() {
             name: "dns",
             urls: &dns,
             endpoints: &dns_eps,
-            flags: vec![
-                "--redis-tls-ca-file",
-                &ca,
-                "--redis-connect-timeout",
-                "300ms",
-            ],
+            flags: short_timeout.clone(),
             password: pw,
             reason: "dns",
             says: "nonexistent.invalid",
@@ -757,18 +765,11 @@ fn rotate(acl: bool) {
     std::fs::write(&tmp, format!("{new}\n")).unwrap();
     std::fs::rename(&tmp, &pw_file).unwrap();
     let t_file = Instant::now();
-    for s in &sidecars {
-        wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
-            (redis_up(s) == 3.0).then_some(())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{} did not reconnect with the new password:\n{}",
-                s.identity,
-                s.logs()
-            )
-        });
-    }
+    wait_all_connected(
+        &sidecars,
+        Duration::from_secs(5),
+        "did not reconnect with the new password",
+    );
     report(
         "password rotation: file updated -> all nodes reconnected",
         format!("{:?}", t_file.elapsed()),
@@ -776,18 +777,11 @@ fn rotate(acl: bool) {
     // Renewals keep working for a while after, and every connection is (still) up: one that
     // noticed the kill only now has reconnected with the new password too.
     std::thread::sleep(Duration::from_millis(1500));
-    for s in &sidecars {
-        wait_for(Duration::from_secs(3), Duration::from_millis(10), || {
-            (redis_up(s) == 3.0).then_some(())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{} is not connected to every node:\n{}",
-                s.identity,
-                s.logs()
-            )
-        });
-    }
+    wait_all_connected(
+        &sidecars,
+        Duration::from_secs(3),
+        "is not connected to every node",
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let views = watch.join().unwrap();
     // The watch covered the whole rotation without a blind stretch (it polls every 10 ms; a

@@ -107,6 +107,13 @@ impl Contract {
         }
     }
 
+    /// `GET target` (`/leader`, with any query) on an API port, checked as `GET /leader`; its
+    /// JSON body.
+    fn check_leader(&mut self, port: u16, target: &str) -> Value {
+        self.check("GET", "/leader", &request("GET", port, target), "NotFound")
+            .expect("JSON")
+    }
+
     /// Check an answer to `method path_template` against the document; returns the JSON body
     /// when it is JSON.
     fn check(&mut self, method: &str, path: &str, a: &Answer, fallback: &str) -> Option<Value> {
@@ -253,40 +260,15 @@ fn openapi_live_answers_match_the_document() {
     let mut c = Contract::new();
 
     // /leader as leader and as follower: every field present, no undocumented one.
-    let lead = c
-        .check(
-            "GET",
-            "/leader",
-            &request("GET", a.api_port, "/leader"),
-            "NotFound",
-        )
-        .expect("JSON");
+    let lead = c.check_leader(a.api_port, "/leader");
     assert_eq!(lead["is_leader"], true, "{lead}");
-    let follow = c
-        .check(
-            "GET",
-            "/leader",
-            &request("GET", b.api_port, "/leader"),
-            "NotFound",
-        )
-        .expect("JSON");
+    let follow = c.check_leader(b.api_port, "/leader");
     assert_eq!(follow["is_leader"], false, "{follow}");
     assert_eq!(follow["fencing_token"], Value::Null, "{follow}");
 
     // The long-poll: times out with the same version.
     let v = lead["version"].as_u64().expect("version");
-    let polled = c
-        .check(
-            "GET",
-            "/leader",
-            &request(
-                "GET",
-                a.api_port,
-                &format!("/leader?wait=200ms&version={v}"),
-            ),
-            "NotFound",
-        )
-        .expect("JSON");
+    let polled = c.check_leader(a.api_port, &format!("/leader?wait=200ms&version={v}"));
     assert_eq!(polled["version"], v);
 
     // Bad query parameters: 400 with an Error body.
@@ -318,32 +300,71 @@ fn openapi_live_answers_match_the_document() {
         .expect("JSON");
     assert_eq!(compat["name"], "a");
 
-    // Unknown path and wrong method: the shared error answers.
-    let ans = request("GET", a.api_port, "/no/such/path");
-    assert_eq!(ans.status, 404);
-    c.check("GET", "/leader", &ans, "NotFound");
-    let ans = request("DELETE", a.api_port, "/leader");
-    assert_eq!(ans.status, 405, "{}", ans.body);
-    c.check("GET", "/leader", &ans, "MethodNotAllowed");
-
-    // Ops.
-    let ans = request("GET", a.ops_port, "/metrics");
-    assert_eq!(ans.status, 200);
-    c.check("GET", "/metrics", &ans, "OpsNotFound");
-    for path in ["/healthz", "/readyz"] {
-        let ans = request("GET", b.ops_port, path);
-        assert_eq!(ans.status, 200, "{path}");
-        c.check("GET", path, &ans, "OpsNotFound");
+    // Unknown path and wrong method: the shared error answers (checked against the `GET`
+    // operation of the path in the last column but one). Then the ops port.
+    for (method, port, target, status, path, fallback) in [
+        (
+            "GET",
+            a.api_port,
+            "/no/such/path",
+            404,
+            "/leader",
+            "NotFound",
+        ),
+        (
+            "DELETE",
+            a.api_port,
+            "/leader",
+            405,
+            "/leader",
+            "MethodNotAllowed",
+        ),
+        (
+            "GET",
+            a.ops_port,
+            "/metrics",
+            200,
+            "/metrics",
+            "OpsNotFound",
+        ),
+        (
+            "GET",
+            b.ops_port,
+            "/healthz",
+            200,
+            "/healthz",
+            "OpsNotFound",
+        ),
+        ("GET", b.ops_port, "/readyz", 200, "/readyz", "OpsNotFound"),
+        (
+            "GET",
+            a.ops_port,
+            "/readyz/leader",
+            200,
+            "/readyz/leader",
+            "OpsNotFound",
+        ),
+        (
+            "GET",
+            b.ops_port,
+            "/readyz/leader",
+            503,
+            "/readyz/leader",
+            "OpsNotFound",
+        ),
+        (
+            "GET",
+            a.ops_port,
+            "/no/such/path",
+            404,
+            "/metrics",
+            "OpsNotFound",
+        ),
+    ] {
+        let ans = request(method, port, target);
+        assert_eq!(ans.status, status, "{method} {target}: {}", ans.body);
+        c.check("GET", path, &ans, fallback);
     }
-    let ans = request("GET", a.ops_port, "/readyz/leader");
-    assert_eq!(ans.status, 200);
-    c.check("GET", "/readyz/leader", &ans, "OpsNotFound");
-    let ans = request("GET", b.ops_port, "/readyz/leader");
-    assert_eq!(ans.status, 503);
-    c.check("GET", "/readyz/leader", &ans, "OpsNotFound");
-    let ans = request("GET", a.ops_port, "/no/such/path");
-    assert_eq!(ans.status, 404);
-    c.check("GET", "/metrics", &ans, "OpsNotFound");
 
     // Step-down: 409 on the follower, 200 (the view after the release) on the leader.
     let ans = request("POST", b.api_port, "/leader/step-down");

@@ -8,17 +8,28 @@ use common::*;
 
 const TTL: Duration = Duration::from_secs(1);
 
-#[test]
-fn minority_down_keeps_leader_majority_down_steps_down_by_deadline_and_recovers() {
-    let mut nodes = redis_cluster(5, TTL);
+/// Sidecars `a` and `b` on every node, default options.
+fn two_sidecars(nodes: &[Redis]) -> (Sidecar, Sidecar) {
     let refs: Vec<&Redis> = nodes.iter().collect();
     let a = Sidecar::start("a", &refs, &Opts::default());
     let b = Sidecar::start("b", &refs, &Opts::default());
-    let both = [&a, &b];
-    let l = wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
-        sole_leader(&both)
+    (a, b)
+}
+
+/// The index of the one that leads first (within 5 s).
+fn first_leader(both: &[&Sidecar; 2]) -> usize {
+    wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+        sole_leader(both)
     })
-    .expect("a leader");
+    .expect("a leader")
+}
+
+#[test]
+fn minority_down_keeps_leader_majority_down_steps_down_by_deadline_and_recovers() {
+    let mut nodes = redis_cluster(5, TTL);
+    let (a, b) = two_sidecars(&nodes);
+    let both = [&a, &b];
+    let l = first_leader(&both);
     let leader = both[l];
     let token = leader.leader().fencing_token;
     // The premise below is "the leader holds the key on the 3 nodes left". Right after the
@@ -147,14 +158,9 @@ fn minority_down_keeps_leader_majority_down_steps_down_by_deadline_and_recovers(
 #[test]
 fn sigstop_longer_than_ttl_never_answers_leader_after_resume() {
     let nodes = redis_cluster(3, TTL);
-    let refs: Vec<&Redis> = nodes.iter().collect();
-    let a = Sidecar::start("a", &refs, &Opts::default());
-    let b = Sidecar::start("b", &refs, &Opts::default());
+    let (a, b) = two_sidecars(&nodes);
     let both = [&a, &b];
-    let l = wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
-        sole_leader(&both)
-    })
-    .expect("a leader");
+    let l = first_leader(&both);
     let (paused, other) = (both[l], both[1 - l]);
     paused.signal("STOP");
     let took_over = wait_for(TTL * 3, Duration::from_millis(5), || {
