@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::{Rng, RngCore};
 
 /// Jittered exponential backoff.
 #[derive(Debug, Clone)]
@@ -65,19 +65,29 @@ impl Backoff {
 
 /// A random delay in `range`: spreads replicas that would otherwise act at the same instant.
 pub fn jitter(range: Range<Duration>) -> Duration {
+    jitter_with(&mut rand::rng(), range)
+}
+
+/// [`jitter`] drawn from `rng` (the elector's state machine takes its randomness as an input).
+pub fn jitter_with(rng: &mut dyn RngCore, range: Range<Duration>) -> Duration {
     if range.is_empty() {
         return range.start;
     }
     let (lo, hi) = (range.start.as_nanos() as u64, range.end.as_nanos() as u64);
-    Duration::from_nanos(rand::rng().random_range(lo..hi))
+    Duration::from_nanos(rng.random_range(lo..hi))
 }
 
 /// `d` scaled by a factor drawn from `factor`.
 pub fn scale(d: Duration, factor: Range<f64>) -> Duration {
+    scale_with(&mut rand::rng(), d, factor)
+}
+
+/// [`scale`] drawn from `rng`.
+pub fn scale_with(rng: &mut dyn RngCore, d: Duration, factor: Range<f64>) -> Duration {
     if factor.is_empty() {
         return d.mul_f64(factor.start.max(0.0));
     }
-    d.mul_f64(rand::rng().random_range(factor))
+    d.mul_f64(rng.random_range(factor))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub struct Lease {
 }
 
 /// Result of one acquire attempt.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquire {
     /// Held, with a fencing token written to a quorum.
     Acquired(Lease),
@@ -49,7 +49,7 @@ impl Acquire {
 }
 
 /// What a failed attempt learned about the current holder.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Observed {
     /// The holder's identity as most nodes report it.
     pub holder: Option<String>,

@@ -1,0 +1,343 @@
+//! The elector's decisions as a state machine with no I/O: it takes [`Event`]s and the current
+//! instant ([`Cx`]) and returns [`Command`]s and the instant it next wants to be woken
+//! ([`Machine::poll_timeout`]). It never awaits and never reads a clock or a random source of
+//! its own; the driver ([`super::driver`]) runs its commands against the real
+//! [`crate::redlock::Redlock`], the table tests ([`tests`]) against nothing, and the model check
+//! (`tests/model`) against its own nodes.
+//!
+//! The shape is quinn-proto's `Connection`: `handle(cx, event)` feeds an input, the caller
+//! drains `poll_command()` until empty, and asks `poll_timeout()` when to call again with
+//! [`Event::Timer`]. Like quinn-proto, time and randomness come in with each call (here in
+//! [`Cx`], with what the nodes' clock watch says at that instant), so the same inputs give the
+//! same decisions, and tests can replay them.
+//!
+//! States ([`Phase`]): a follower is `Idle` (its timer decides between an attempt and a watch
+//! round), waits after a release notice (`AfterNotice`, or `AwaitCopies` when named), or has a
+//! round in flight (`Attempting`, `Watching`); a leader is `Leading` between renewals and
+//! `Renewing` during one; a term ends through `Choosing` (reading the candidates for a
+//! successor) and `Releasing`; `Done` after shutdown. Each round command is answered by exactly
+//! one event; while one is in flight the machine takes other events (the model delivers them;
+//! the runtime driver holds them until the round is back).
+//!
+//! - `follower.rs`: when to attempt or watch, and what a round's result means for the schedule.
+//! - `leader.rs`: renewals, the deadline, step-downs, the successor, the release.
+//! - `candidacy.rs`: the own candidate record and what `/leader` shows about candidates.
+
+mod candidacy;
+mod follower;
+mod io;
+mod leader;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+
+use tokio::time::Instant;
+
+pub use self::candidacy::Record;
+pub use self::io::{Command, Count, Cx, Event, Nodes};
+use super::settings::{Preference, Standing, Timing};
+use super::{StepDown, StepDownReason};
+use crate::leadership::{CandidacyView, Term};
+use crate::redlock::Lease;
+use crate::redlock::candidates::Candidate;
+use crate::redlock::node::Wait;
+
+/// The machine's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Following: the timer decides between an attempt and a watch.
+    Idle,
+    /// Named by a notice: attempt when a quorum of copies arrived, or at `until` (the grace).
+    AwaitCopies {
+        /// The grace's end.
+        until: Instant,
+    },
+    /// After a notice: attempt at `at` (the grace if someone else is named, jitter if nobody).
+    AfterNotice {
+        /// When.
+        at: Instant,
+    },
+    /// An attempt is in flight.
+    Attempting {
+        /// Right after a notice naming this sidecar.
+        named: bool,
+        /// When it went out.
+        at: Instant,
+        /// Whether the record it writes says ready.
+        ready: bool,
+    },
+    /// A watch round is in flight.
+    Watching {
+        /// Whether the record it writes says ready.
+        ready: bool,
+    },
+    /// Leading between renewals.
+    Leading(Leading),
+    /// Leading, a renewal in flight.
+    Renewing {
+        /// The term.
+        term: Leading,
+        /// When the round went out (the next one is `renewEvery` after it).
+        started: Instant,
+        /// Whether the record it writes says ready.
+        ready: bool,
+    },
+    /// The term ended; reading the candidates for a successor.
+    Choosing(Ending),
+    /// The term ended; the release is in flight.
+    Releasing(Ending),
+    /// Shut down.
+    Done,
+}
+
+/// A term in progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Leading {
+    /// The lease as last renewed.
+    lease: Lease,
+    /// When the next renewal goes out.
+    next_renew: Instant,
+    /// A better candidate is ready and settling.
+    pending: bool,
+}
+
+/// A term that is ending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Ending {
+    /// The lease to release.
+    lease: Lease,
+    /// Why it ends.
+    reason: StepDownReason,
+    /// The step-down request to answer once released.
+    request: Option<u64>,
+}
+
+/// The follower's timers, kept across attempts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Schedule {
+    /// When the next attempt (or watch) goes out.
+    next_attempt: Instant,
+    /// Split votes in a row.
+    fast_streak: u32,
+    /// Until when a requested step-down keeps this sidecar from contending.
+    cooldown_until: Option<Instant>,
+    /// Start of the current failover gap (for `acquire_wait`).
+    free_since: Option<Instant>,
+    /// When this sidecar started.
+    started: Instant,
+    /// Someone else holds the lease: when the timer fires, watch instead of attempting.
+    watching: bool,
+}
+
+/// The elector's state machine.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// This sidecar's identity.
+    identity: String,
+    /// Timers.
+    timing: Timing,
+    /// `lease.prefer`, priority, settle, grace.
+    preference: Preference,
+    /// Copies of a notice that mean the key is gone on a quorum.
+    quorum: usize,
+    /// Rank and readiness from outside.
+    standing: Standing,
+    /// Where the machine is.
+    phase: Phase,
+    /// The follower's timers.
+    schedule: Schedule,
+    /// The term as published.
+    term: Option<Term>,
+    /// The holder as published.
+    leader: Option<String>,
+    /// The candidates as last read.
+    last_candidates: Vec<Candidate>,
+    /// What `/leader` shows about candidates, as last given.
+    candidacy: Option<CandidacyView>,
+    /// What the log last said about whether a quorum counts this sidecar's votes.
+    said_wait: Option<Option<Wait>>,
+    /// Shutdown arrived while a round was in flight.
+    stopping: bool,
+    /// Commands not yet taken.
+    commands: VecDeque<Command>,
+}
+
+impl Machine {
+    /// A follower that starts now and attempts at once.
+    pub fn new(
+        identity: String,
+        timing: Timing,
+        preference: Preference,
+        standing: Standing,
+        quorum: usize,
+        now: Instant,
+    ) -> Self {
+        Machine {
+            identity,
+            timing,
+            preference,
+            quorum,
+            standing,
+            phase: Phase::Idle,
+            schedule: Schedule {
+                next_attempt: now,
+                fast_streak: 0,
+                cooldown_until: None,
+                free_since: None,
+                started: now,
+                watching: false,
+            },
+            term: None,
+            leader: None,
+            last_candidates: Vec::new(),
+            candidacy: None,
+            said_wait: None,
+            stopping: false,
+            commands: VecDeque::new(),
+        }
+    }
+
+    /// The next command, in order.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// When to deliver [`Event::Timer`] next; `None` while waiting for a round's answer or done.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Idle => Some(self.schedule.next_attempt),
+            Phase::AwaitCopies { until } => Some(*until),
+            Phase::AfterNotice { at } => Some(*at),
+            Phase::Leading(t) => Some(t.lease.deadline.min(t.next_renew)),
+            Phase::Renewing { term, .. } => Some(term.lease.deadline),
+            _ => None,
+        }
+    }
+
+    /// The published term, while leading.
+    pub fn term(&self) -> Option<Term> {
+        self.term
+    }
+
+    /// Whether a term is in progress (leading, a renewal in flight).
+    pub fn leading(&self) -> bool {
+        matches!(self.phase, Phase::Leading(_) | Phase::Renewing { .. })
+    }
+
+    /// Whether the machine has shut down.
+    pub fn done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Whether a named successor waits for a quorum of notice copies.
+    pub fn awaiting_copies(&self) -> bool {
+        matches!(self.phase, Phase::AwaitCopies { .. })
+    }
+
+    /// Feed one input.
+    pub fn handle(&mut self, cx: &mut Cx<'_>, event: Event) {
+        if self.phase == Phase::Done {
+            if let Event::StepDown(request) = event {
+                self.answer(request, StepDown::NotLeader);
+            }
+            return;
+        }
+        // Nothing outranks the deadline: a term whose deadline passed ends as a lost lease,
+        // whatever else arrived at the same time.
+        if let Phase::Leading(t) | Phase::Renewing { term: t, .. } = &self.phase
+            && cx.now >= t.lease.deadline
+        {
+            let lease = t.lease.clone();
+            self.end(lease, StepDownReason::RenewalFailed, None, None);
+        }
+        match event {
+            Event::Standing(standing) => self.standing_changed(cx, standing),
+            Event::StepDown(request) => self.step_down_requested(request),
+            Event::Shutdown => self.shutdown(),
+            Event::Stall => self.stalled(),
+            Event::Timer => self.timer(cx),
+            Event::Notice { successor, copies } => self.notice(cx, successor, copies),
+            Event::Copies(copies) => self.copies(cx, copies),
+            Event::Attempted {
+                outcome,
+                candidates,
+            } => self.attempted(cx, outcome, candidates),
+            Event::Watched { held, candidates } => self.watched(cx, held, candidates),
+            Event::Renewed {
+                deadline,
+                candidates,
+            } => self.renewed(cx, deadline, candidates),
+            Event::Candidates(candidates) => self.candidates_read(cx, candidates),
+            Event::Released => self.released(cx),
+        }
+    }
+
+    fn push(&mut self, command: Command) {
+        self.commands.push_back(command);
+    }
+
+    fn answer(&mut self, request: u64, answer: StepDown) {
+        self.push(Command::Answer { request, answer });
+    }
+
+    /// Publish a term and holder if either changed.
+    fn publish(&mut self, term: Option<Term>, leader: Option<String>) {
+        if self.term != term || self.leader != leader {
+            self.term = term;
+            self.leader = leader.clone();
+            self.push(Command::Publish { term, leader });
+        }
+    }
+
+    fn timer(&mut self, cx: &mut Cx<'_>) {
+        match self.phase.clone() {
+            Phase::Idle if cx.now >= self.schedule.next_attempt => self.woken(cx),
+            Phase::AwaitCopies { until } if cx.now >= until => self.attempt(cx, true),
+            Phase::AfterNotice { at } if cx.now >= at => self.attempt(cx, false),
+            Phase::Leading(t) if cx.now >= t.next_renew => self.renew(cx, t),
+            _ => {}
+        }
+    }
+
+    fn standing_changed(&mut self, cx: &mut Cx<'_>, standing: Standing) {
+        self.standing = standing;
+        // A follower refreshes its record at once (e.g. its pod became Ready, so it can be
+        // named); elsewhere the next round writes it.
+        if self.phase == Phase::Idle && self.gate(cx) {
+            self.watch(cx);
+        }
+    }
+
+    fn shutdown(&mut self) {
+        match self.phase.clone() {
+            Phase::Leading(t) | Phase::Renewing { term: t, .. } => {
+                self.end(t.lease, StepDownReason::Shutdown, None, None)
+            }
+            Phase::Idle | Phase::AwaitCopies { .. } | Phase::AfterNotice { .. } => self.finish(),
+            // A round in flight: decide when it is back (a won attempt is released at once).
+            _ => self.stopping = true,
+        }
+    }
+
+    fn stalled(&mut self) {
+        if let Phase::Leading(t) | Phase::Renewing { term: t, .. } = self.phase.clone() {
+            self.end(t.lease, StepDownReason::Stalled, None, None);
+        }
+    }
+
+    fn step_down_requested(&mut self, request: u64) {
+        match self.phase.clone() {
+            Phase::Leading(t) | Phase::Renewing { term: t, .. } => {
+                self.end(t.lease, StepDownReason::Requested, None, Some(request))
+            }
+            _ => self.answer(request, StepDown::NotLeader),
+        }
+    }
+
+    /// Withdraw the own record and stop.
+    fn finish(&mut self) {
+        self.phase = Phase::Done;
+        self.push(Command::Withdraw);
+    }
+}

@@ -1,0 +1,513 @@
+//! Table tests of the machine's decisions: no process, no socket, no real time. Each feeds
+//! events at chosen instants and checks the commands and the next wake.
+
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::time::Instant;
+
+use super::follower::FAST_RETRIES;
+use super::*;
+use crate::config::Prefer;
+use crate::elector::{Preference, Standing, StepDown, StepDownReason, Timing};
+use crate::redlock::candidates::{Candidate, Rank};
+use crate::redlock::{Acquire, Lease, Observed, QuorumWait};
+
+const MS: Duration = Duration::from_millis(1);
+const TTL: Duration = Duration::from_secs(10);
+const GRACE: Duration = Duration::from_millis(75);
+
+/// One machine, its clock, its nodes and a seeded random source.
+struct Bench {
+    m: Machine,
+    now: Instant,
+    nodes: Nodes,
+    stalled: bool,
+    rng: StdRng,
+}
+
+fn preference(prefer: Prefer) -> Preference {
+    Preference {
+        prefer,
+        priority: 0,
+        settle: Duration::from_secs(5),
+        grace: GRACE,
+        name_successor: true,
+    }
+}
+
+fn nodes() -> Nodes {
+    Nodes {
+        wait: QuorumWait::default(),
+        counts_at: None,
+        successor_ready: true,
+        notices_live: true,
+        watch_period: Duration::from_secs(1),
+    }
+}
+
+fn candidate(id: &str, created: i64, ready_for: Option<Duration>) -> Candidate {
+    Candidate {
+        identity: id.into(),
+        rank: Rank {
+            priority: 0,
+            revision: format!("rev-{created}"),
+            created,
+        },
+        ready_for,
+        pending: false,
+    }
+}
+
+impl Bench {
+    fn new(prefer: Prefer) -> Bench {
+        let now = Instant::now();
+        let standing = Standing {
+            revision: "rev-100".into(),
+            created: 100,
+            ready: true,
+            known: true,
+        };
+        let timing = Timing::new(TTL, Duration::from_secs(3), Duration::from_secs(1));
+        let m = Machine::new("me".into(), timing, preference(prefer), standing, 2, now);
+        Bench {
+            m,
+            now,
+            nodes: nodes(),
+            stalled: false,
+            rng: StdRng::seed_from_u64(7),
+        }
+    }
+
+    /// Feed `event` now; the commands it gave.
+    fn feed(&mut self, event: Event) -> Vec<Command> {
+        let mut cx = Cx {
+            now: self.now,
+            nodes: self.nodes.clone(),
+            stalled: self.stalled,
+            rng: &mut self.rng,
+        };
+        self.m.handle(&mut cx, event);
+        std::iter::from_fn(|| self.m.poll_command()).collect()
+    }
+
+    /// Move the clock to `at` and deliver the timer.
+    fn at(&mut self, at: Instant) -> Vec<Command> {
+        self.now = self.now.max(at);
+        self.feed(Event::Timer)
+    }
+
+    /// Advance to the machine's next wake and deliver the timer.
+    fn fire(&mut self) -> Vec<Command> {
+        let at = self.m.poll_timeout().expect("a timer is set");
+        self.at(at)
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    /// Win the first attempt: the machine leads with a lease valid for the ttl.
+    fn lead(&mut self) -> Lease {
+        assert!(matches!(
+            self.fire()[..],
+            [Command::Attempt { named: false, .. }]
+        ));
+        let lease = Lease {
+            value: "me#1".into(),
+            token: 7,
+            deadline: self.now + TTL,
+        };
+        let out = self.feed(Event::Attempted {
+            outcome: Acquire::Acquired(lease.clone()),
+            candidates: Some(vec![]),
+        });
+        assert!(
+            out.iter()
+                .any(|c| matches!(c, Command::Publish { term: Some(t), .. } if t.token == 7))
+        );
+        assert!(self.m.leading());
+        lease
+    }
+
+    /// A follower that saw `holder` hold the lease.
+    fn follow(&mut self, holder: &str) {
+        assert!(matches!(self.fire()[..], [Command::Attempt { .. }]));
+        self.feed(Event::Attempted {
+            outcome: Acquire::Contended(Observed {
+                holder: Some(holder.into()),
+                free_in: Some(TTL),
+            }),
+            candidates: Some(vec![]),
+        });
+    }
+}
+
+fn attempts(out: &[Command]) -> Vec<bool> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Attempt { named, .. } => Some(*named),
+            _ => None,
+        })
+        .collect()
+}
+
+fn release(out: &[Command]) -> Option<Option<String>> {
+    out.iter().find_map(|c| match c {
+        Command::Release { successor, .. } => Some(successor.clone()),
+        _ => None,
+    })
+}
+
+fn ended(out: &[Command]) -> Option<StepDownReason> {
+    out.iter().find_map(|c| match c {
+        Command::PublishEnd(e) => Some(e.reason),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_notice_naming_someone_else_waits_the_grace_and_one_naming_nobody_a_jitter() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let start = b.now;
+    let out = b.feed(Event::Notice {
+        successor: Some("other".into()),
+        copies: 1,
+    });
+    assert!(attempts(&out).is_empty(), "{out:?}");
+    // The holder is no longer shown.
+    assert!(out.contains(&Command::Publish {
+        term: None,
+        leader: None
+    }));
+    assert_eq!(b.m.poll_timeout(), Some(start + GRACE));
+    b.at(start + GRACE - MS);
+    assert_eq!(attempts(&b.at(start + GRACE)), [false]);
+
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let start = b.now;
+    b.feed(Event::Notice {
+        successor: None,
+        copies: 1,
+    });
+    let wake = b.m.poll_timeout().unwrap();
+    assert!(wake < start + 2 * MS, "{:?}", wake - start);
+    assert_eq!(attempts(&b.fire()), [false]);
+}
+
+#[test]
+fn a_named_successor_attempts_at_a_quorum_of_copies_or_after_the_grace() {
+    // Copies arrive: at the quorum-th (2 of 3), at once and on the release proof.
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let named = || Event::Notice {
+        successor: Some("me".into()),
+        copies: 1,
+    };
+    assert!(attempts(&b.feed(named())).is_empty());
+    assert!(b.m.awaiting_copies());
+    b.advance(MS);
+    assert_eq!(attempts(&b.feed(Event::Copies(2))), [true]);
+
+    // The quorum of copies already there with the first wake: no wait at all.
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let out = b.feed(Event::Notice {
+        successor: Some("me".into()),
+        copies: 2,
+    });
+    assert_eq!(attempts(&out), [true]);
+
+    // A node down: the copies never reach a quorum; the grace ends the wait, still named.
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let start = b.now;
+    b.feed(named());
+    assert_eq!(b.m.poll_timeout(), Some(start + GRACE));
+    assert_eq!(attempts(&b.fire()), [true]);
+}
+
+#[test]
+fn a_graceful_step_down_names_the_best_ready_candidate_from_a_fresh_read() {
+    let mut b = Bench::new(Prefer::Newest);
+    let lease = b.lead();
+    let out = b.feed(Event::StepDown(1));
+    assert_eq!(ended(&out), Some(StepDownReason::Requested));
+    assert!(matches!(out.last(), Some(Command::ReadCandidates { .. })));
+    // The newest ready one; a newer one that is not ready is never named.
+    let read = vec![
+        candidate("old", 50, Some(MS)),
+        candidate("newer", 300, Some(MS)),
+        candidate("newest-not-ready", 400, None),
+    ];
+    let out = b.feed(Event::Candidates(Some(read)));
+    assert_eq!(release(&out), Some(Some("newer".into())));
+    assert!(out.contains(&Command::Count(Count::Handover(
+        crate::metrics::HandoverReason::StepDown
+    ))));
+    assert!(
+        out.iter()
+            .any(|c| matches!(c, Command::Release { lease: l, .. } if *l == lease))
+    );
+    // Answered once released; then a ttl of cool-down before contending again.
+    let out = b.feed(Event::Released);
+    assert!(out.contains(&Command::Answer {
+        request: 1,
+        answer: StepDown::Released
+    }));
+    let released = b.now;
+    assert_eq!(b.m.poll_timeout().map(|t| t > released), Some(true));
+    assert!(attempts(&b.fire()).is_empty());
+    assert_eq!(b.m.poll_timeout(), Some(released + TTL));
+    assert_eq!(attempts(&b.fire()), [false]);
+}
+
+#[test]
+fn a_successor_read_that_misses_a_quorum_names_from_the_last_read() {
+    let mut b = Bench::new(Prefer::Newest);
+    b.lead();
+    b.advance(Duration::from_secs(3));
+    let out = b.fire();
+    assert!(matches!(out[..], [Command::Renew { .. }]), "{out:?}");
+    b.feed(Event::Renewed {
+        deadline: Some(b.now + TTL),
+        candidates: Some(vec![candidate("seen", 50, Some(MS))]),
+    });
+    b.feed(Event::Shutdown);
+    let out = b.feed(Event::Candidates(None));
+    assert_eq!(release(&out), Some(Some("seen".into())));
+    let out = b.feed(Event::Released);
+    assert_eq!(out.last(), Some(&Command::Withdraw));
+    assert!(b.m.done());
+}
+
+#[test]
+fn prefer_settle_hands_over_only_once_the_better_candidate_has_been_ready_long_enough() {
+    let mut b = Bench::new(Prefer::Newest);
+    b.lead();
+    let renew = |b: &mut Bench, ready_for: Duration| {
+        b.advance(Duration::from_secs(3));
+        let out = b.fire();
+        assert!(matches!(out[..], [Command::Renew { .. }]), "{out:?}");
+        b.feed(Event::Renewed {
+            deadline: Some(b.now + TTL),
+            candidates: Some(vec![candidate("new", 200, Some(ready_for))]),
+        })
+    };
+    let out = renew(&mut b, Duration::from_secs(2));
+    assert!(ended(&out).is_none(), "{out:#?}");
+    assert!(
+        out.iter()
+            .any(|c| matches!(c, Command::Candidacy(v) if v.handover_pending))
+    );
+    // The next renewal's record says pending.
+    b.advance(Duration::from_secs(3));
+    match &b.fire()[..] {
+        [Command::Renew { record, .. }] => assert_eq!(record.fields.as_ref().unwrap()[3], "1"),
+        other => panic!("{other:?}"),
+    }
+    let out = b.feed(Event::Renewed {
+        deadline: Some(b.now + TTL),
+        candidates: Some(vec![candidate("new", 200, Some(Duration::from_secs(5)))]),
+    });
+    assert_eq!(ended(&out), Some(StepDownReason::Preferred));
+    // Named directly: no second read.
+    assert_eq!(release(&out), Some(Some("new".into())));
+    // An older candidate, or a newer one of the own revision, never triggers it.
+    let mut b = Bench::new(Prefer::Newest);
+    b.lead();
+    let mut same = candidate("same-rev", 200, Some(Duration::from_secs(60)));
+    same.rank.revision = "rev-100".into();
+    for c in [candidate("older", 50, Some(Duration::from_secs(60))), same] {
+        b.advance(Duration::from_secs(3));
+        b.fire();
+        let out = b.feed(Event::Renewed {
+            deadline: Some(b.now + TTL),
+            candidates: Some(vec![c]),
+        });
+        assert!(ended(&out).is_none(), "{out:?}");
+    }
+}
+
+#[test]
+fn the_deadline_ends_a_term_whose_renewals_fail_and_outranks_everything_else() {
+    let mut b = Bench::new(Prefer::None);
+    let lease = b.lead();
+    // Renewals that miss the quorum retry at a quarter period until the deadline.
+    let mut last = b.now;
+    while b.now + Duration::from_secs(1) < lease.deadline {
+        let out = b.fire();
+        assert!(matches!(out[..], [Command::Renew { until, .. }] if until == lease.deadline));
+        b.advance(5 * MS);
+        let out = b.feed(Event::Renewed {
+            deadline: None,
+            candidates: None,
+        });
+        assert!(ended(&out).is_none());
+        assert!(b.m.leading());
+        last = b.now;
+    }
+    assert_eq!(
+        b.m.poll_timeout(),
+        Some((last + Duration::from_millis(750)).min(lease.deadline))
+    );
+    // A shutdown that arrives after the deadline passed finds a lost lease, not a handover.
+    b.now = lease.deadline;
+    let out = b.feed(Event::Shutdown);
+    assert_eq!(ended(&out), Some(StepDownReason::RenewalFailed));
+    assert_eq!(release(&out), Some(None));
+    let out = b.feed(Event::Released);
+    assert_eq!(out.last(), Some(&Command::Withdraw));
+}
+
+#[test]
+fn a_renewal_at_the_quorum_edge_keeps_the_term_and_extends_the_deadline() {
+    let mut b = Bench::new(Prefer::None);
+    let lease = b.lead();
+    b.advance(Duration::from_secs(3));
+    b.fire();
+    // Failed (one node short of the quorum): the term holds; retried in a quarter period.
+    b.feed(Event::Renewed {
+        deadline: None,
+        candidates: None,
+    });
+    assert_eq!(b.m.poll_timeout(), Some(b.now + Duration::from_millis(750)));
+    b.fire();
+    // Reached the quorum: the new deadline is published; the next renewal a period after the
+    // round went out.
+    let sent = b.now;
+    b.advance(10 * MS);
+    let out = b.feed(Event::Renewed {
+        deadline: Some(sent + TTL),
+        candidates: None,
+    });
+    assert!(out.iter().any(|c| matches!(c,
+        Command::Publish { term: Some(t), .. } if t.deadline == sent + TTL && t.token == lease.token)));
+    assert_eq!(b.m.poll_timeout(), Some(sent + Duration::from_secs(3)));
+    // A late reply with an earlier deadline never shortens the term.
+    b.fire();
+    b.feed(Event::Renewed {
+        deadline: Some(lease.deadline),
+        candidates: None,
+    });
+    assert_eq!(b.m.term().unwrap().deadline, sent + TTL);
+}
+
+#[test]
+fn a_stall_ends_the_term_and_keeps_a_follower_from_attempting() {
+    // The renewal timer fired later than the stall margin (1.5 s at renewEvery 3 s).
+    let mut b = Bench::new(Prefer::None);
+    b.lead();
+    b.advance(Duration::from_secs(3) + Duration::from_millis(1501));
+    let out = b.feed(Event::Timer);
+    assert!(out.contains(&Command::Count(Count::Stall)));
+    assert_eq!(ended(&out), Some(StepDownReason::Stalled));
+    assert_eq!(release(&out), Some(None));
+    // The watchdog's stall: the same end.
+    let mut b = Bench::new(Prefer::None);
+    b.lead();
+    let out = b.feed(Event::Stall);
+    assert_eq!(ended(&out), Some(StepDownReason::Stalled));
+    b.feed(Event::Released);
+    // A stalled follower does not attempt; it looks again in 100 ms.
+    b.stalled = true;
+    b.advance(Duration::from_secs(2));
+    assert!(attempts(&b.fire()).is_empty());
+    assert_eq!(b.m.poll_timeout(), Some(b.now + Duration::from_millis(100)));
+    b.stalled = false;
+    assert_eq!(attempts(&b.fire()), [false]);
+}
+
+#[test]
+fn a_shutdown_during_an_attempt_releases_a_won_lease_at_once() {
+    let mut b = Bench::new(Prefer::None);
+    assert_eq!(attempts(&b.fire()), [false]);
+    assert!(b.feed(Event::Shutdown).is_empty());
+    let lease = Lease {
+        value: "me#1".into(),
+        token: 3,
+        deadline: b.now + TTL,
+    };
+    let out = b.feed(Event::Attempted {
+        outcome: Acquire::Acquired(lease),
+        candidates: None,
+    });
+    assert_eq!(ended(&out), Some(StepDownReason::Shutdown));
+    assert!(matches!(out.last(), Some(Command::ReadCandidates { .. })));
+    let out = b.feed(Event::Candidates(Some(vec![candidate(
+        "next",
+        1,
+        Some(MS),
+    )])));
+    assert_eq!(release(&out), Some(Some("next".into())));
+    assert_eq!(b.feed(Event::Released).last(), Some(&Command::Withdraw));
+    // A lost attempt: withdraw, nothing to release.
+    let mut b = Bench::new(Prefer::None);
+    b.fire();
+    b.feed(Event::Shutdown);
+    let out = b.feed(Event::Attempted {
+        outcome: Acquire::NoQuorum(Observed::default()),
+        candidates: None,
+    });
+    assert_eq!(out.last(), Some(&Command::Withdraw));
+    assert!(release(&out).is_none());
+    assert!(b.m.done());
+}
+
+#[test]
+fn a_follower_watches_while_someone_holds_the_lease_and_split_votes_retry_fast() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    assert!(matches!(b.fire()[..], [Command::Watch { .. }]));
+    // Still held: watch again within a watch period (0.75..0.95 of it).
+    let before = b.now;
+    b.feed(Event::Watched {
+        held: Some(Observed {
+            holder: Some("old".into()),
+            free_in: Some(TTL),
+        }),
+        candidates: Some(vec![]),
+    });
+    let next = b.m.poll_timeout().unwrap() - before;
+    assert!(next >= Duration::from_millis(750) && next < Duration::from_millis(950));
+    b.fire();
+    // Free: attempt at once.
+    let out = b.feed(Event::Watched {
+        held: None,
+        candidates: None,
+    });
+    assert_eq!(attempts(&out), [false]);
+    // A split vote: three fast retries (1..15 ms), then the retry period.
+    for _ in 0..FAST_RETRIES {
+        let at = b.now;
+        b.feed(Event::Attempted {
+            outcome: Acquire::NoQuorum(Observed::default()),
+            candidates: Some(vec![]),
+        });
+        assert!(b.m.poll_timeout().unwrap() - at < 15 * MS);
+        assert_eq!(attempts(&b.fire()), [false]);
+    }
+    let at = b.now;
+    b.feed(Event::Attempted {
+        outcome: Acquire::NoQuorum(Observed::default()),
+        candidates: Some(vec![]),
+    });
+    assert!(b.m.poll_timeout().unwrap() - at >= Duration::from_millis(750));
+}
+
+#[test]
+fn a_step_down_request_to_a_follower_is_answered_at_once() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let out = b.feed(Event::StepDown(4));
+    assert_eq!(
+        out,
+        [Command::Answer {
+            request: 4,
+            answer: StepDown::NotLeader
+        }]
+    );
+}

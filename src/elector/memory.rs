@@ -1,0 +1,314 @@
+//! A test-only in-memory lease for the driver: one shared [`World`] stands for the Redis nodes
+//! (a key with an expiry, the fencing epoch, the candidate records, the named successor's
+//! reservation), and each sidecar's [`Memory`] runs the machine's rounds against it. With
+//! tokio's paused clock, whole elections run without a process, a socket or real time.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Rounds;
+use super::machine::Nodes;
+use crate::redlock::candidates::{self, Candidate, Rank};
+use crate::redlock::{Acquire, Lease, Notices, Observed, QuorumWait, Watched, new_value};
+
+/// Nodes the world stands for: every notice arrives this many times.
+const NODES: usize = 3;
+
+/// The shared state of the nodes.
+#[derive(Default)]
+pub struct World {
+    /// The key: its value and expiry.
+    key: Option<(String, Instant)>,
+    /// The fencing epoch.
+    epoch: u64,
+    /// The named successor's reservation: identity and expiry.
+    reserved: Option<(String, Instant)>,
+    /// Candidate records: fields, expiry, ready since.
+    records: BTreeMap<String, ([String; 5], Instant, Option<Instant>)>,
+    /// Every sidecar's notices, for the release notice.
+    subscribers: Vec<Arc<Notices>>,
+    /// While set, every renewal fails (nodes unreachable).
+    pub fail_renewals: bool,
+}
+
+impl World {
+    /// A new world, shared.
+    pub fn shared() -> Arc<Mutex<World>> {
+        Arc::new(Mutex::new(World::default()))
+    }
+
+    /// Subscribe a sidecar's notices to the release channel.
+    pub fn subscribe(&mut self, notices: Arc<Notices>) {
+        self.subscribers.push(notices);
+    }
+
+    /// The key's holder now, if any.
+    fn holder(&self, now: Instant) -> Option<&str> {
+        self.key
+            .as_ref()
+            .filter(|(_, expiry)| *expiry > now)
+            .map(|(v, _)| v.as_str())
+    }
+
+    fn candidates(&self, now: Instant) -> Vec<Candidate> {
+        self.records
+            .iter()
+            .filter(|(_, (_, expiry, _))| *expiry > now)
+            .map(|(id, (f, _, since))| Candidate {
+                identity: id.clone(),
+                rank: Rank {
+                    priority: f[1].parse().unwrap_or_default(),
+                    created: f[2].parse().unwrap_or_default(),
+                    revision: f[4].clone(),
+                },
+                ready_for: since.map(|s| now.saturating_duration_since(s)),
+                pending: f[3] == "1",
+            })
+            .collect()
+    }
+
+    fn write(&mut self, identity: &str, own: Option<&[String; 5]>, life: Duration, now: Instant) {
+        let Some(fields) = own else { return };
+        let ready = fields[0] == "1";
+        let since = self.records.get(identity).and_then(|r| r.2);
+        let since = ready.then(|| since.unwrap_or(now));
+        self.records
+            .insert(identity.to_string(), (fields.clone(), now + life, since));
+    }
+}
+
+/// One sidecar's rounds on the shared world.
+pub struct Memory {
+    /// The nodes.
+    pub world: Arc<Mutex<World>>,
+    /// This sidecar.
+    pub identity: String,
+    /// Lease ttl (the drift is taken as zero).
+    pub ttl: Duration,
+}
+
+impl Memory {
+    fn world(&self) -> std::sync::MutexGuard<'_, World> {
+        self.world.lock().unwrap()
+    }
+}
+
+impl Rounds for Memory {
+    async fn acquire(&self, _named: bool) -> Acquire {
+        let now = Instant::now();
+        let mut w = self.world();
+        if let Some(holder) = w.holder(now) {
+            let free_in = w
+                .key
+                .as_ref()
+                .map(|(_, e)| e.saturating_duration_since(now));
+            return Acquire::Contended(Observed {
+                holder: Some(crate::redlock::identity_of(holder).to_string()),
+                free_in,
+            });
+        }
+        if let Some((to, until)) = &w.reserved
+            && *until > now
+            && *to != self.identity
+        {
+            return Acquire::NoQuorum(Observed::default());
+        }
+        let value = new_value(&self.identity);
+        w.key = Some((value.clone(), now + self.ttl));
+        w.reserved = None;
+        w.epoch += 1;
+        Acquire::Acquired(Lease {
+            value,
+            token: w.epoch,
+            deadline: now + self.ttl,
+        })
+    }
+
+    async fn renew(&self, lease: &Lease) -> Option<Instant> {
+        let now = Instant::now();
+        let mut w = self.world();
+        if w.fail_renewals || w.holder(now) != Some(lease.value.as_str()) {
+            return None;
+        }
+        w.key = Some((lease.value.clone(), now + self.ttl));
+        Some(now + self.ttl)
+    }
+
+    async fn records(&self, own: Option<&[String; 5]>, life: Duration) -> Option<Vec<Candidate>> {
+        let now = Instant::now();
+        let mut w = self.world();
+        w.write(&self.identity, own, life, now);
+        Some(w.candidates(now))
+    }
+
+    async fn watch(&self, own: Option<&[String; 5]>, life: Duration) -> Watched {
+        let now = Instant::now();
+        let mut w = self.world();
+        w.write(&self.identity, own, life, now);
+        let held = w
+            .key
+            .as_ref()
+            .filter(|(_, e)| *e > now)
+            .map(|(v, e)| Observed {
+                holder: Some(crate::redlock::identity_of(v).to_string()),
+                free_in: Some(e.saturating_duration_since(now)),
+            });
+        Watched {
+            held,
+            candidates: Some(w.candidates(now)),
+        }
+    }
+
+    async fn hand_over(&self, lease: &Lease, successor: Option<&str>) {
+        let now = Instant::now();
+        let subscribers = {
+            let mut w = self.world();
+            if w.key.as_ref().is_some_and(|(v, _)| *v == lease.value) {
+                w.key = None;
+            }
+            w.reserved = successor.map(|s| (s.to_string(), now + Duration::from_millis(75)));
+            w.subscribers.clone()
+        };
+        let payload = candidates::notice_payload(&lease.value, successor);
+        for _ in 0..NODES {
+            for n in &subscribers {
+                n.post(&payload);
+            }
+        }
+    }
+
+    async fn withdraw(&self) {
+        self.world().records.remove(&self.identity);
+    }
+
+    fn nodes(&self, _now: Instant) -> Nodes {
+        Nodes {
+            wait: QuorumWait::default(),
+            counts_at: None,
+            successor_ready: true,
+            notices_live: true,
+            watch_period: Duration::from_millis(300),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::{oneshot, watch};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::config::Prefer;
+    use crate::elector::{
+        Elector, Handles, Preference, Standing, StepDown, StepDownReason, Timing,
+    };
+    use crate::metrics::Metrics;
+
+    const TTL: Duration = Duration::from_secs(1);
+
+    fn sidecar(world: &Arc<Mutex<World>>, identity: &str) -> (Elector<Memory>, Handles) {
+        let rounds = Memory {
+            world: world.clone(),
+            identity: identity.into(),
+            ttl: TTL,
+        };
+        let timing = Timing::new(TTL, Duration::from_millis(300), Duration::from_millis(300));
+        let preference = Preference {
+            prefer: Prefer::None,
+            priority: 0,
+            settle: Duration::from_secs(1),
+            grace: Duration::from_millis(75),
+            name_successor: true,
+        };
+        let standing = watch::channel(Standing::fixed()).1;
+        let metrics = Metrics::register(&prometheus::Registry::new(), "memory").unwrap();
+        let (elector, handles) = Elector::with_rounds(
+            rounds,
+            identity.into(),
+            timing,
+            preference,
+            standing,
+            metrics,
+            2,
+        );
+        world.lock().unwrap().subscribe(handles.notices.clone());
+        (elector, handles)
+    }
+
+    async fn until_leader(h: &Handles) -> u64 {
+        let mut rx = h.leadership.clone();
+        let l = rx.wait_for(|l| l.term.is_some()).await.unwrap();
+        l.term.unwrap().token
+    }
+
+    /// The driver and the machine over the in-memory nodes, on tokio's paused clock: a first
+    /// election, a requested step-down handed to the named follower at once, and a shutdown
+    /// that releases and withdraws.
+    #[tokio::test(start_paused = true)]
+    async fn an_election_a_handover_and_a_step_down_run_in_memory() {
+        let world = World::shared();
+        let (a, ha) = sidecar(&world, "a");
+        let stop_a = CancellationToken::new();
+        let task_a = tokio::spawn(a.run(stop_a.clone()));
+        assert_eq!(until_leader(&ha).await, 1);
+        let (b, hb) = sidecar(&world, "b");
+        let stop_b = CancellationToken::new();
+        let task_b = tokio::spawn(b.run(stop_b.clone()));
+        // b follows and shows a as the holder; its record (ready) is written.
+        hb.leadership
+            .clone()
+            .wait_for(|l| l.leader.as_deref() == Some("a"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(world.lock().unwrap().records.contains_key("b"));
+
+        // A requested step-down names b, which takes over before the grace could pass.
+        let (tx, rx) = oneshot::channel();
+        ha.step_down.send(tx).await.unwrap();
+        let asked = Instant::now();
+        assert_eq!(rx.await.unwrap(), StepDown::Released);
+        assert_eq!(until_leader(&hb).await, 2);
+        assert!(Instant::now() - asked < Duration::from_millis(75));
+        let ended = ha.leadership.borrow().ended.unwrap();
+        assert_eq!((ended.token, ended.reason), (1, StepDownReason::Requested));
+
+        // b shuts down: it releases naming a (cooling down for a ttl after its step-down) and
+        // withdraws its record; a leads again once its cool-down is over.
+        stop_b.cancel();
+        task_b.await.unwrap();
+        assert_eq!(
+            hb.leadership.borrow().ended.map(|e| e.reason),
+            Some(StepDownReason::Shutdown)
+        );
+        assert!(!world.lock().unwrap().records.contains_key("b"));
+        assert_eq!(until_leader(&ha).await, 3);
+        assert!(Instant::now() - asked >= TTL);
+        stop_a.cancel();
+        task_a.await.unwrap();
+        assert!(world.lock().unwrap().key.is_none());
+    }
+
+    /// Renewals that fail end the term at the deadline: a lost lease, no successor named.
+    #[tokio::test(start_paused = true)]
+    async fn failing_renewals_end_the_term_at_the_deadline() {
+        let world = World::shared();
+        let (a, ha) = sidecar(&world, "a");
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(a.run(stop.clone()));
+        until_leader(&ha).await;
+        let deadline = ha.leadership.borrow().term.unwrap().deadline;
+        world.lock().unwrap().fail_renewals = true;
+        let mut rx = ha.leadership.clone();
+        rx.wait_for(|l| l.term.is_none()).await.unwrap();
+        assert!(Instant::now() >= deadline);
+        assert!(Instant::now() - deadline < Duration::from_millis(5));
+        let ended = ha.leadership.borrow().ended.unwrap();
+        assert_eq!(ended.reason, StepDownReason::RenewalFailed);
+        stop.cancel();
+        task.await.unwrap();
+    }
+}
