@@ -264,6 +264,24 @@ fn cp_an_apiserver_outage_leaves_the_election_alone_and_the_labels_converge() {
     assert_eq!(leader, second);
 }
 
+/// `kubectl apply <args>`: a server-side dry run first (admission and validation, nothing
+/// stored), then for real; kubectl must report every object in `created` (a line prefix)
+/// created.
+fn apply_and_expect_created(cp: &ControlPlane, args: &[&str], created: &[&str]) {
+    cp.kubectl(&[&["apply", "--dry-run=server"], args].concat())
+        .lines()
+        .for_each(|l| eprintln!("dry run: {l}"));
+    let out = cp.kubectl(&[&["apply"], args].concat());
+    eprintln!("{out}");
+    for what in created {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(what) && l.ends_with("created")),
+            "kubectl apply did not create {what}:\n{out}"
+        );
+    }
+}
+
 #[test]
 fn cp_the_plain_manifests_pass_the_real_servers_validation() {
     let cp = ControlPlane::up();
@@ -273,25 +291,18 @@ fn cp_the_plain_manifests_pass_the_real_servers_validation() {
     // dry run needs the namespace to exist (the real server checks it; a dry-run namespace is not
     // stored), so that one goes first.
     cp.kubectl(&["apply", "-f", &format!("{example}/namespace.yaml")]);
-    cp.kubectl(&["apply", "--dry-run=server", "-k", example])
-        .lines()
-        .for_each(|l| eprintln!("dry run: {l}"));
-    let out = cp.kubectl(&["apply", "-k", example]);
-    eprintln!("{out}");
-    for what in [
-        "configmap/",
-        "deployment.apps/",
-        "role.rbac.authorization.k8s.io/",
-        "rolebinding.rbac.authorization.k8s.io/",
-        "service/",
-        "serviceaccount/",
-    ] {
-        assert!(
-            out.lines()
-                .any(|l| l.starts_with(what) && l.ends_with("created")),
-            "kubectl apply did not create {what}:\n{out}"
-        );
-    }
+    apply_and_expect_created(
+        &cp,
+        &["-k", example],
+        &[
+            "configmap/",
+            "deployment.apps/",
+            "role.rbac.authorization.k8s.io/",
+            "rolebinding.rbac.authorization.k8s.io/",
+            "service/",
+            "serviceaccount/",
+        ],
+    );
     // A second apply changes nothing: the server kept what the manifests say. Judged by the
     // objects' resourceVersions: kubectl reports the PodDisruptionBudget "configured" on every
     // apply (its selector's patch strategy is `replace`, so the client always sends it), while the
@@ -341,26 +352,19 @@ fn cp_the_sidecar_component_on_a_plain_deployment_passes_the_real_servers_valida
     let example = example.to_str().unwrap();
     let ns = "existing-workload";
     cp.kubectl(&["create", "namespace", ns]);
-    cp.kubectl(&["apply", "--dry-run=server", "-n", ns, "-k", example])
-        .lines()
-        .for_each(|l| eprintln!("dry run: {l}"));
-    let out = cp.kubectl(&["apply", "-n", ns, "-k", example]);
-    eprintln!("{out}");
-    for what in [
-        "configmap/redlock-elector-config-",
-        "deployment.apps/web ",
-        "deployment.apps/worker ",
-        "role.rbac.authorization.k8s.io/redlock-elector ",
-        "rolebinding.rbac.authorization.k8s.io/redlock-elector ",
-        "service/redlock-elector-leader ",
-        "serviceaccount/redlock-elector ",
-    ] {
-        assert!(
-            out.lines()
-                .any(|l| l.starts_with(what) && l.ends_with("created")),
-            "kubectl apply did not create {what}:\n{out}"
-        );
-    }
+    apply_and_expect_created(
+        &cp,
+        &["-n", ns, "-k", example],
+        &[
+            "configmap/redlock-elector-config-",
+            "deployment.apps/web ",
+            "deployment.apps/worker ",
+            "role.rbac.authorization.k8s.io/redlock-elector ",
+            "rolebinding.rbac.authorization.k8s.io/redlock-elector ",
+            "service/redlock-elector-leader ",
+            "serviceaccount/redlock-elector ",
+        ],
+    );
     // The server kept the native sidecar (restartPolicy: Always on an init container) on `web`.
     let inits = cp.kubectl(&[
         "-n",
