@@ -306,12 +306,7 @@ fn watch_endpoints(cp: &ControlPlane, ns: &str, service: &str) -> SliceLog {
     let seen: SliceLog = Default::default();
     let api: Api<EndpointSlice> = Api::namespaced(cp.client.clone(), ns);
     let selector = format!("kubernetes.io/service-name={service}");
-    let rv = cp
-        .block_on(api.list(&ListParams::default().labels(&selector)))
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = cp.list_version(&api, &ListParams::default().labels(&selector));
     let out = seen.clone();
     cp.rt.spawn(async move {
         let mut slices: std::collections::HashMap<String, BTreeSet<String>> = Default::default();
@@ -388,15 +383,7 @@ fn cp_the_leader_services_endpoints_follow_handovers() {
         settle(&cp, &rel);
         let old = rel.kubelet.pod(&leader);
         let t_step = Instant::now();
-        let (st, _) = http_host(
-            "POST",
-            &old.bind,
-            old.api_port,
-            "/leader/step-down",
-            Duration::from_secs(2),
-        )
-        .expect("step-down answers");
-        assert_eq!(st, 200);
+        assert_eq!(old.step_down(), Some(200));
         // The handover: another pod's /leader says it leads (its version changed with it).
         let (new, t_new) = wait_for(Duration::from_secs(20), Duration::from_millis(1), || {
             rel.live()
@@ -469,15 +456,7 @@ fn cp_one_lease_across_two_clusters_has_one_leader_labelled_in_its_cluster_only(
         let (_, r) = clusters[i];
         settle_views(r);
         let p = r.kubelet.pod(&leader);
-        let (st, _) = http_host(
-            "POST",
-            &p.bind,
-            p.api_port,
-            "/leader/step-down",
-            Duration::from_secs(2),
-        )
-        .unwrap();
-        assert_eq!(st, 200);
+        assert_eq!(p.step_down(), Some(200));
     }
 
     // A crash of the leader and of its cluster's other pod, so the next leader is in the other

@@ -26,15 +26,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::{Api, Client};
-use serde_json::json;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
 use tokio::sync::watch;
 
 use super::ControlPlane;
-use super::container::{Apiserver, Prepared, prepare};
+use super::container::{Apiserver, prepare};
+use super::kubelet_api::{bind_to_node, create_node, final_delete, patch_status, probe};
 
 /// kubelet's first CrashLoopBackOff delay.
 const RESTART_BACKOFF: Duration = Duration::from_secs(10);
@@ -61,15 +60,14 @@ pub struct PodRun {
 }
 
 impl PodRun {
+    /// `method path` on one of this pod's sidecar's ports (2 s timeout): status and body.
+    fn http(&self, method: &str, port: u16, path: &str) -> Option<(u16, String)> {
+        crate::common::http_host(method, &self.bind, port, path, Duration::from_secs(2))
+    }
+
     /// `GET /leader` of this pod's sidecar.
     pub fn view(&self) -> Option<crate::common::View> {
-        let (status, body) = crate::common::http_host(
-            "GET",
-            &self.bind,
-            self.api_port,
-            "/leader",
-            Duration::from_secs(2),
-        )?;
+        let (status, body) = self.http("GET", self.api_port, "/leader")?;
         (status == 200).then(|| serde_json::from_str(&body).expect("valid /leader JSON"))
     }
 
@@ -77,17 +75,17 @@ impl PodRun {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// `POST /leader/step-down` to this pod's sidecar: the status, or `None` if it did not answer.
+    pub fn step_down(&self) -> Option<u16> {
+        self.http("POST", self.api_port, "/leader/step-down")
+            .map(|(status, _)| status)
+    }
+
     /// `/metrics` of this pod's sidecar.
     pub fn metrics(&self) -> String {
-        crate::common::http_host(
-            "GET",
-            &self.bind,
-            self.ops_port,
-            "/metrics",
-            Duration::from_secs(2),
-        )
-        .map(|(_, b)| b)
-        .unwrap_or_default()
+        self.http("GET", self.ops_port, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
     }
 }
 
@@ -194,24 +192,6 @@ struct Ctx {
     dir: PathBuf,
 }
 
-async fn create_node(client: &Client, name: &str, subnet: u32) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-    }))
-    .unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
-    let status = json!({"status": {
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "the test harness's stand-in kubelet"}],
-        "addresses": [{"type": "InternalIP", "address": format!("10.245.0.{subnet}")}],
-    }});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
-}
-
 async fn main_loop(ctx: Ctx, selector: String, runs: Runs, stop: watch::Receiver<bool>) {
     let pods: Api<Pod> = Api::namespaced(ctx.api.client.clone(), &ctx.api.ns);
     let mut started: HashMap<String, watch::Sender<bool>> = HashMap::new();
@@ -274,41 +254,12 @@ async fn run_pod(
     std::fs::create_dir_all(&pod_dir).unwrap();
 
     // Scheduling: what kube-scheduler would do, to the stand-in's node.
-    if spec.node_name.is_none() {
-        let binding = Binding {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..Default::default()
-            },
-            target: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(ctx.node.clone()),
-                ..Default::default()
-            },
-        };
-        if let Err(e) = pods
-            .create_subresource::<_, serde_json::Value>(
-                "binding",
-                &name,
-                &PostParams::default(),
-                &binding,
-            )
-            .await
-        {
-            eprintln!("stand-in kubelet: binding {name} failed: {e}");
-            return;
-        }
+    if spec.node_name.is_none() && !bind_to_node(&pods, &name, &ctx.node).await {
+        return;
     }
 
-    let Prepared {
-        args,
-        env,
-        api_port,
-        ops_port,
-        ready_path,
-        probe_every,
-    } = prepare(&ctx.api, &pod, &bind, &pod_dir).await;
+    let prepared = prepare(&ctx.api, &pod, &bind, &pod_dir).await;
+    let (api_port, ops_port) = (prepared.api_port, prepared.ops_port);
     let log = pod_dir.join("sidecar.log");
     runs.lock().unwrap().insert(
         uid.clone(),
@@ -334,8 +285,8 @@ async fn run_pod(
 
     let spawn = || {
         let mut cmd = tokio::process::Command::new(crate::common::binary());
-        cmd.args(&args)
-            .envs(env.iter().cloned())
+        cmd.args(&prepared.args)
+            .envs(prepared.env.iter().cloned())
             .stdout(std::process::Stdio::null())
             .stderr(
                 std::fs::OpenOptions::new()
@@ -377,8 +328,8 @@ async fn run_pod(
                     break 'restarts;
                 }
                 _ = stop.changed() => {}
-                _ = tokio::time::sleep(probe_every), if !ready => {
-                    if probe(&bind, ops_port, &ready_path).await {
+                _ = tokio::time::sleep(prepared.probe_every), if !ready => {
+                    if probe(&bind, ops_port, &prepared.ready_path).await {
                         ready = true;
                         patch_status(&pods, &name, &ip, &host_ip, true).await;
                     }
@@ -390,67 +341,8 @@ async fn run_pod(
             }
         }
     }
-    // The final delete, as kubelet does once the containers are gone.
-    let dp = DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions {
-            uid: Some(uid.clone()),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    for _ in 0..50 {
-        match pods.delete(&name, &dp).await {
-            Ok(_) => break,
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => break,
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    final_delete(&pods, &name, &uid).await;
     if let Some(r) = runs.lock().unwrap().get_mut(&uid) {
         r.gone = true;
-    }
-}
-
-async fn probe(host: &str, port: u16, path: &str) -> bool {
-    let (host, path) = (host.to_string(), path.to_string());
-    tokio::task::spawn_blocking(move || {
-        crate::common::http_host("GET", &host, port, &path, Duration::from_secs(1))
-            .is_some_and(|(s, _)| s == 200)
-    })
-    .await
-    .unwrap_or(false)
-}
-
-/// Status Running with the pod's IP; `ready` sets the Ready and ContainersReady conditions.
-async fn patch_status(pods: &Api<Pod>, name: &str, ip: &str, host_ip: &str, ready: bool) {
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let r = if ready { "True" } else { "False" };
-    let status = json!({"status": {
-        "phase": "Running",
-        "hostIP": host_ip,
-        "podIP": ip,
-        "podIPs": [{"ip": ip}],
-        "startTime": now,
-        "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": r, "lastTransitionTime": now},
-            {"type": "Ready", "status": r, "lastTransitionTime": now},
-        ],
-    }});
-    for attempt in 0..50 {
-        match pods
-            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
-            .await
-        {
-            Ok(_) => return,
-            Err(kube::Error::Api(s)) if s.code == 404 => return,
-            Err(e) => {
-                if attempt == 0 {
-                    eprintln!("stand-in kubelet: status of {name}: {e}; retrying");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-        }
     }
 }

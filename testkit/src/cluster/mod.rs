@@ -6,11 +6,13 @@
 //!
 //! What stays on the fake API server (`testkit/src/fakeapi`): only faults a real server cannot be made
 //! to produce on demand (an injected 500, a forced 409 on one request, added latency), because
-//! the fake records and asserts every request. Everything else runs here.
+//! the fake records and asserts every request (its module doc names the tests and says why not a
+//! fault proxy). Everything else runs here.
 #![allow(dead_code)]
 
 mod container;
 pub mod kubelet;
+mod kubelet_api;
 pub mod node;
 pub mod release;
 
@@ -115,6 +117,18 @@ impl ControlPlane {
 
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
+    }
+
+    /// The `resourceVersion` of a list of `api` now: a watch from it misses no change after.
+    pub fn list_version<K>(&self, api: &kube::Api<K>, lp: &kube::api::ListParams) -> String
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        self.block_on(api.list(lp))
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap()
     }
 
     pub fn bin(&self, name: &str) -> PathBuf {

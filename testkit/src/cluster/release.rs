@@ -183,12 +183,7 @@ pub fn wait_converged(cp: &ControlPlane, rel: &Release, timeout: Duration) -> St
 pub fn watch_roles(cp: &ControlPlane, ns: &str) -> Arc<Mutex<Vec<(String, String)>>> {
     let seen: Arc<Mutex<Vec<(String, String)>>> = Default::default();
     let pods: Api<Pod> = Api::namespaced(cp.client.clone(), ns);
-    let rv = cp
-        .block_on(pods.list(&ListParams::default()))
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = cp.list_version(&pods, &ListParams::default());
     let out = seen.clone();
     cp.rt.spawn(async move {
         let mut stream = pods
