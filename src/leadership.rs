@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::redlock::candidates::Rank;
 
 /// The current term while this sidecar leads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Term {
     /// Fencing token of the term.
     pub token: u64,
@@ -26,7 +26,7 @@ pub struct Term {
 }
 
 /// Why this sidecar stopped leading (for logs and Kubernetes Events).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StepDownReason {
     /// `POST /leader/step-down`.
     Requested,
@@ -41,7 +41,7 @@ pub enum StepDownReason {
 }
 
 /// A term that ended, and why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Ended {
     /// The ended term's fencing token.
     pub token: u64,
@@ -121,7 +121,7 @@ pub struct View {
 }
 
 /// What `/leader` shows about candidates, as the elector last saw them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct CandidacyView {
     /// This sidecar's rank, once known.
     pub rank: Option<Rank>,

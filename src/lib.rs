@@ -20,10 +20,12 @@
 //!   `health.rs` (quarantine and eligibility), `subscription.rs` (the notice channel).
 //!   [`redlock::connect`] opens connections (TLS, credentials) and classifies their failures.
 //! - [`elector`] — the follower ⇄ leader state machine and its timers; publishes a `watch` of
-//!   [`leadership::Leadership`]. One file per part: `follower.rs` (waiting, attempts, the
-//!   retry jitter), `leader.rs` (renewals, step-down, naming the successor), `candidacy.rs`
-//!   (candidate records, what `/leader` shows about them), `watchdog.rs` (the stall watchdog,
-//!   `/healthz` liveness), `settings.rs` (timers, preference, standing).
+//!   [`leadership::Leadership`]. Every decision is in `machine/`, with no I/O: `follower.rs`
+//!   (waiting, attempts, notices, the retry jitter), `leader.rs` (renewals, step-down, naming
+//!   the successor), `candidacy.rs` (the own record, what `/leader` shows about candidates),
+//!   `io.rs` (its events and commands), `tests.rs` (table tests). `driver.rs` runs it against
+//!   the nodes (`Rounds`); `watchdog.rs` (the stall watchdog, `/healthz` liveness),
+//!   `settings.rs` (timers, preference, standing).
 //! - [`k8s`] — the Kubernetes client side: [`k8s::Settings`], the client, `call.rs` (one
 //!   counted API call, typed errors) and the elector's input `standing.rs` (the own pod's
 //!   revision and readiness, read by a poller that `run` starts and hands to the elector).

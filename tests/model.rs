@@ -14,7 +14,8 @@
 //! - `model/system.rs` is the system: [`system::State`] (what the checker hashes),
 //!   [`system::Action`] (every transition, faults included), and `next_state`. Start with
 //!   `Action`'s variants, then `start_acquire`, `deliver` and `maybe_finish`: they follow
-//!   `Redlock::acquire_inner`, `Node::eval` and `Redlock::renew` line by line.
+//!   `Redlock::acquire_inner`, `Node::eval` and `Redlock::renew` line by line; `feed` is where
+//!   the elector's commands meet them.
 //! - This file holds the checks: one test per hazard, each run twice — with the defence off
 //!   (the checker must find the violation; the trace is printed) and on (it must find none
 //!   within the bound) — and one check with every defence on and every fault allowed.
@@ -32,12 +33,18 @@
 //! - **The scripts' node-side effects are mirrored**, not run (`System::run_script`): Lua
 //!   cannot run here. ACQUIRE (`SET NX PX` + set-if-greater epoch, probe mode), RENEW (PEXPIRE
 //!   ours / heal a missing key / set-if-greater epoch), RELEASE (token-checked delete).
-//! - **The elector's control flow is modelled**: when to start an attempt or a renewal is free
-//!   (any unit, at most one round start per sidecar per unit — a superset of the jittered
-//!   `retryEvery` and `renewEvery`); a round may time out once a unit has passed on the
-//!   sidecar's clock; a leader's deadline timer fires on the first tick at or after the
-//!   deadline unless the sidecar is paused. The stall watchdog, graceful release, handover
-//!   preference and the release notice are not modelled (none is needed for S1/S2).
+//! - **The elector is the binary's own** ([`redlock_elector::elector::machine::Machine`], the
+//!   sans-IO state machine the driver runs in production): each sidecar holds one, the model
+//!   hands it round results, notices, step-down requests and timer wakes at the sidecar's
+//!   clock, and runs the commands it gives (`System::feed`). What is the model's: *when* a
+//!   round may start (any unit, at most one start per sidecar per unit and `max_rounds` in all,
+//!   so its timers run at 1 µs with no stall margin, no grace and no cool-down after a
+//!   step-down: a superset of the jittered `retryEvery` and `renewEvery`); a watch round is
+//!   answered "free" (the follower then attempts); a step-down's successor read shows the other
+//!   sidecar ready; a failed attempt is `NoQuorum`. A round may time out once a unit has passed
+//!   on the sidecar's clock; the deadline is the elector's timer, delivered on the first tick at
+//!   or after it unless the sidecar is paused. The stall watchdog and the preference settle are
+//!   not exercised (none is needed for S1/S2).
 //! - **Time is discrete**: one unit is 1 s, ttl is 10 units, every event happens at a unit
 //!   instant. An overlap shorter than a unit cannot be seen, so `driftFactor` is 0.2 (not 0.01)
 //!   and sidecar clocks run at 0.9, 1 or 1.1 times real time, so that rate drift amounts to

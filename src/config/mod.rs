@@ -195,7 +195,7 @@ pub struct LeaseConfig {
 
 /// `lease.prefer`: which candidate a graceful handover names, and whether a leader hands over
 /// to a better ready candidate by itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Prefer {
     /// The highest priority, then the newest revision; a leader hands over to a better one.
     Newest,

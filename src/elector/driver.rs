@@ -1,5 +1,5 @@
-//! The thin async driver of the [`Machine`]: it runs the machine's commands against the nodes
-//! through [`Rounds`] (the real [`Redlock`] in [`Live`], an in-memory lease in the tests), and
+//! The thin async driver of the [`Machine`]: the [`Elector`] runs the machine's commands against
+//! the nodes through [`Rounds`] (the real [`Redlock`] in [`Live`], an in-memory lease in the tests), and
 //! turns the outside world (the clock, release notices, step-down requests, the stall
 //! watchdog, the pod's standing, shutdown) into the machine's [`Event`]s. It decides nothing.
 //!
@@ -7,100 +7,124 @@
 //! taken, so the machine sees events between rounds only (as the async elector did). The one
 //! race kept here is the renewal against the deadline, which the command carries (`until`).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::machine::{Command, Count, Cx, Event, Nodes};
-use super::{Elector, StepDownRequest};
-use crate::redlock::candidates::Candidate;
-use crate::redlock::{Acquire, Lease, OwnRecord, Redlock, Watched};
+use super::machine::Machine;
+use super::machine::io::{Command, Count, Cx, Event};
+use super::rounds::{Live, Rounds};
+use super::settings::{Preference, Standing, Timing};
+use super::step_down::StepDownRequest;
+use super::watchdog::LoopHealth;
+use crate::leadership::{CandidacyView, Leadership};
+use crate::metrics::Metrics;
+use crate::redlock::{Notices, Redlock};
 
-/// The rounds the machine's commands need, small enough to implement in memory for tests.
-pub trait Rounds: Send + Sync + 'static {
-    /// An acquire round (`named`: a notice named this sidecar).
-    fn acquire(&self, named: bool) -> impl Future<Output = Acquire> + Send;
-    /// A renewal round: the new deadline if a quorum renewed.
-    fn renew(&self, lease: &Lease) -> impl Future<Output = Option<Instant>> + Send;
-    /// Write the own record (when given) and read everyone's.
-    fn records(
-        &self,
-        own: Option<&[String; 5]>,
-        life: Duration,
-    ) -> impl Future<Output = Option<Vec<Candidate>>> + Send;
-    /// A follower's watch round, writing the own record (when given).
-    fn watch(
-        &self,
-        own: Option<&[String; 5]>,
-        life: Duration,
-    ) -> impl Future<Output = Watched> + Send;
-    /// Release with a notice naming `successor` (or every follower).
-    fn hand_over(&self, lease: &Lease, successor: Option<&str>) -> impl Future<Output = ()> + Send;
-    /// Withdraw the own record (shutdown).
-    fn withdraw(&self) -> impl Future<Output = ()> + Send;
-    /// What the nodes say at `now`.
-    fn nodes(&self, now: Instant) -> Nodes;
+/// Step-down requests queued before the loop takes them (each waits for its answer anyway).
+const REQUEST_QUEUE: usize = 16;
+
+/// The elector: the [`Machine`] and its driver's channels.
+pub struct Elector<R = Live> {
+    /// The rounds the machine's commands run.
+    rounds: R,
+    /// Every decision.
+    machine: Machine,
+    /// Where leadership is published.
+    tx: watch::Sender<Leadership>,
+    /// Step-down requests from the API.
+    requests: mpsc::Receiver<StepDownRequest>,
+    /// Release notices from the subscriptions.
+    notices: Arc<Notices>,
+    /// Rank and readiness from outside (the Kubernetes pod reader, or fixed).
+    standing: watch::Receiver<Standing>,
+    /// What `/leader` shows about candidates.
+    candidacy: watch::Sender<CandidacyView>,
+    /// Loop liveness and stall flag.
+    health: Arc<LoopHealth>,
+    /// Counters.
+    metrics: Metrics,
 }
 
-/// The real rounds: this sidecar's identity on the [`Redlock`].
-pub struct Live {
-    /// The protocol over the nodes.
-    pub redlock: Arc<Redlock>,
-    /// This sidecar's identity.
-    pub identity: String,
-    /// `retryEvery`, of which the watch period is derived.
-    pub retry_every: Duration,
+/// Handles the rest of the process needs.
+pub struct Handles {
+    /// Leadership state.
+    pub leadership: watch::Receiver<Leadership>,
+    /// Send step-down requests.
+    pub step_down: mpsc::Sender<StepDownRequest>,
+    /// Loop health for `/healthz`.
+    pub health: Arc<LoopHealth>,
+    /// Release notices (given to the subscription tasks).
+    pub notices: Arc<Notices>,
+    /// What `/leader` shows about candidates.
+    pub candidacy: watch::Receiver<CandidacyView>,
 }
 
-impl Live {
-    fn own<'a>(&'a self, fields: Option<&'a [String; 5]>) -> Option<OwnRecord<'a>> {
-        fields.map(|fields| OwnRecord {
-            identity: &self.identity,
-            fields,
-        })
+impl Elector<Live> {
+    /// Create the elector on the real nodes, and the handles the publishers use.
+    pub fn new(
+        redlock: Arc<Redlock>,
+        identity: String,
+        timing: Timing,
+        preference: Preference,
+        standing: watch::Receiver<Standing>,
+        metrics: Metrics,
+    ) -> (Self, Handles) {
+        let quorum = redlock.quorum();
+        let rounds = Live {
+            redlock,
+            identity: identity.clone(),
+            retry_every: timing.retry_every,
+        };
+        Elector::with_rounds(
+            rounds, identity, timing, preference, standing, metrics, quorum,
+        )
     }
 }
 
-impl Rounds for Live {
-    async fn acquire(&self, named: bool) -> Acquire {
-        self.redlock.acquire(&self.identity, named).await
-    }
-
-    async fn renew(&self, lease: &Lease) -> Option<Instant> {
-        self.redlock.renew(lease).await
-    }
-
-    async fn records(&self, own: Option<&[String; 5]>, life: Duration) -> Option<Vec<Candidate>> {
-        self.redlock.candidates(self.own(own), life).await
-    }
-
-    async fn watch(&self, own: Option<&[String; 5]>, life: Duration) -> Watched {
-        self.redlock.watch(self.own(own), life).await
-    }
-
-    async fn hand_over(&self, lease: &Lease, successor: Option<&str>) {
-        self.redlock.hand_over(lease, successor).await
-    }
-
-    async fn withdraw(&self) {
-        self.redlock.withdraw(&self.identity).await
-    }
-
-    fn nodes(&self, now: Instant) -> Nodes {
-        let r = &self.redlock;
-        Nodes {
-            wait: r.quorum_wait(now),
-            counts_at: r.quorum_counts_at(),
-            successor_ready: r.eligible_as_successor(now),
-            notices_live: r.notices_live(),
-            watch_period: r.watch_period(self.retry_every),
-        }
+impl<R: Rounds> Elector<R> {
+    /// Create the elector on any [`Rounds`] over nodes with this quorum.
+    pub fn with_rounds(
+        rounds: R,
+        identity: String,
+        timing: Timing,
+        preference: Preference,
+        standing: watch::Receiver<Standing>,
+        metrics: Metrics,
+        quorum: usize,
+    ) -> (Self, Handles) {
+        let (tx, rx) = watch::channel(Leadership::default());
+        let (req_tx, req_rx) = mpsc::channel(REQUEST_QUEUE);
+        let (candidacy_tx, candidacy_rx) = watch::channel(CandidacyView::default());
+        let health = Arc::new(LoopHealth::default());
+        let notices = Arc::new(Notices::new(quorum));
+        let now = tokio::time::Instant::now();
+        let first = standing.borrow().clone();
+        let machine = Machine::new(identity, timing, preference, first, quorum, now);
+        let elector = Elector {
+            rounds,
+            machine,
+            tx,
+            requests: req_rx,
+            notices: notices.clone(),
+            standing,
+            candidacy: candidacy_tx,
+            health: health.clone(),
+            metrics,
+        };
+        let handles = Handles {
+            leadership: rx,
+            step_down: req_tx,
+            health,
+            notices,
+            candidacy: candidacy_rx,
+        };
+        (elector, handles)
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Rounds;
-use super::machine::Nodes;
+use super::machine::io::Nodes;
+use super::rounds::Rounds;
 use crate::redlock::candidates::{self, Candidate, Rank};
 use crate::redlock::{Acquire, Lease, Notices, Observed, QuorumWait, Watched, new_value};
 

@@ -5,49 +5,14 @@ use std::time::Duration;
 
 use crate::config::Prefer;
 
+pub use crate::k8s::standing::Standing;
 pub use crate::redlock::{GRACE_MARGIN, grace};
 
 /// The stall margin never goes below this, however short the renewal period.
 const MIN_STALL_MARGIN: Duration = Duration::from_millis(50);
 
-/// This sidecar's standing as a candidate, from outside the election: the `kube` pod poller in
-/// Kubernetes, fixed elsewhere.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Standing {
-    /// The pod's revision label (empty outside Kubernetes).
-    pub revision: String,
-    /// The pod's creation time, Unix seconds (0 outside Kubernetes).
-    pub created: i64,
-    /// Whether the pod is Ready (always outside Kubernetes).
-    pub ready: bool,
-    /// Whether revision and creation time are known yet (never ready before).
-    pub known: bool,
-}
-
-impl Standing {
-    /// Outside Kubernetes: nothing to wait for.
-    pub fn fixed() -> Standing {
-        Standing {
-            revision: String::new(),
-            created: 0,
-            ready: true,
-            known: true,
-        }
-    }
-
-    /// In Kubernetes, before the pod was read.
-    pub fn unknown() -> Standing {
-        Standing {
-            revision: String::new(),
-            created: 0,
-            ready: false,
-            known: false,
-        }
-    }
-}
-
 /// The preference settings of the state machine.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Preference {
     /// `lease.prefer`.
     pub prefer: Prefer,
@@ -62,7 +27,7 @@ pub struct Preference {
 }
 
 /// Timing settings of the state machine.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Timing {
     /// Lease ttl (also the cool-down after a requested step-down).
     pub ttl: Duration,

@@ -10,8 +10,43 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::call;
 use super::{Settings, connect};
-use crate::elector::Standing;
 use crate::metrics::Metrics;
+
+/// This sidecar's standing as a candidate, from outside the election: the `kube` pod poller in
+/// Kubernetes, fixed elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Standing {
+    /// The pod's revision label (empty outside Kubernetes).
+    pub revision: String,
+    /// The pod's creation time, Unix seconds (0 outside Kubernetes).
+    pub created: i64,
+    /// Whether the pod is Ready (always outside Kubernetes).
+    pub ready: bool,
+    /// Whether revision and creation time are known yet (never ready before).
+    pub known: bool,
+}
+
+impl Standing {
+    /// Outside Kubernetes: nothing to wait for.
+    pub fn fixed() -> Standing {
+        Standing {
+            revision: String::new(),
+            created: 0,
+            ready: true,
+            known: true,
+        }
+    }
+
+    /// In Kubernetes, before the pod was read.
+    pub fn unknown() -> Standing {
+        Standing {
+            revision: String::new(),
+            created: 0,
+            ready: false,
+            known: false,
+        }
+    }
+}
 
 /// How often [`poll_pod`] reads the own pod's Ready condition.
 pub const POD_POLL: Duration = Duration::from_secs(2);

@@ -8,11 +8,23 @@ use prometheus::{
     IntGaugeVec, Opts, Registry,
 };
 
-use super::MetricDoc;
-
 pub(super) const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
+
+/// One registered metric as the registry describes it: the metrics reference
+/// (`docs/reference/metrics.md`) is generated from these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricDoc {
+    /// The full name (`redlock_elector_is_leader`).
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// The help text `/metrics` shows.
+    pub help: String,
+    /// The label names: the const `lease` label first where there is one, then the variable ones.
+    pub labels: Vec<String>,
+}
 
 /// Failover gaps: milliseconds for a graceful handover, up to ttl + retryEvery after a crash.
 pub(super) const WAIT_BUCKETS: &[f64] = &[

@@ -36,7 +36,7 @@ impl AcquireResult {
 }
 
 /// Why a leader handed over gracefully: the `reason` label of `handovers_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HandoverReason {
     /// SIGTERM / SIGINT.
     Shutdown,

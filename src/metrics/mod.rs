@@ -20,23 +20,10 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+pub use self::builder::MetricDoc;
 use self::builder::{Builder, LATENCY_BUCKETS, Scope, WAIT_BUCKETS};
 use self::labels::renewal_label;
 pub use self::labels::{AcquireResult, HandoverReason, LeadershipGauges};
-
-/// One registered metric as the registry describes it: the metrics reference
-/// (`docs/reference/metrics.md`) is generated from these.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MetricDoc {
-    /// The full name (`redlock_elector_is_leader`).
-    pub name: String,
-    /// `counter`, `gauge` or `histogram`.
-    pub kind: &'static str,
-    /// The help text `/metrics` shows.
-    pub help: String,
-    /// The label names: the const `lease` label first where there is one, then the variable ones.
-    pub labels: Vec<String>,
-}
 
 /// The label values one Redis endpoint's series can take, each set spelled by the module that
 /// owns it (`redlock::node::endpoint_labels`); [`Metrics::new_endpoint`] creates every

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::config::Prefer;
 
 /// What a candidate is compared by.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 pub struct Rank {
     /// `lease.priority`: compared first, higher preferred whatever the preference.
     pub priority: i64,
@@ -31,7 +31,7 @@ pub struct Rank {
 }
 
 /// One candidate as a quorum of nodes reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Candidate {
     /// The sidecar's identity.
     pub identity: String,

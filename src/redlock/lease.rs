@@ -7,7 +7,7 @@ use rand::RngCore;
 use tokio::time::Instant;
 
 /// A held lease: what renew and release need.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Lease {
     /// `<identity>#<nonce>`, unique to this acquisition.
     pub value: String,
@@ -18,7 +18,7 @@ pub struct Lease {
 }
 
 /// Result of one acquire attempt.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Acquire {
     /// Held, with a fencing token written to a quorum.
     Acquired(Lease),
@@ -49,7 +49,7 @@ impl Acquire {
 }
 
 /// What a failed attempt learned about the current holder.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Observed {
     /// The holder's identity as most nodes report it.
     pub holder: Option<String>,

@@ -44,7 +44,7 @@ pub use release::{GRACE_MARGIN, Notice, Successor, grace};
 pub use watch::Watched;
 
 /// Whether a quorum counts this sidecar's votes; if not, why and from when.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct QuorumWait {
     /// Why not (the reason of the node that decides); `None` when a quorum counts.
     pub reason: Option<node::Wait>,

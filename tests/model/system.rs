@@ -6,11 +6,16 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redlock_elector::leadership::{Leadership, Term};
+use redlock_elector::config::Prefer;
+use redlock_elector::elector::machine::{Command, Cx, Event, Machine, Nodes};
+use redlock_elector::elector::{Preference, Standing, Timing};
+use redlock_elector::leadership::Leadership;
+use redlock_elector::redlock::candidates::{Candidate, Rank};
 use redlock_elector::redlock::clock::{Policy, Reading, Watch};
 use redlock_elector::redlock::math::{self, Tally};
 use redlock_elector::redlock::node::{self, Exclusion};
 use redlock_elector::redlock::proof::{self, TermLog};
+use redlock_elector::redlock::{Acquire, Observed, QuorumWait};
 use stateright::{Model, Property};
 use tokio::time::Instant;
 
@@ -245,17 +250,6 @@ pub struct Lease {
     pub deadline_us: i64,
 }
 
-/// The elector's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Phase {
-    Follower,
-    /// Acquired with a token above the proposal: the first renewal must write it to a quorum
-    /// before the term is published.
-    Confirming(Lease),
-    /// Published: `/leader` says so while `Leadership::at(now)` has a term.
-    Leader(Lease),
-}
-
 /// Which round.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RoundKind {
@@ -300,14 +294,22 @@ pub struct Sidecar {
     /// `Redlock.epoch_seen`.
     pub epoch_seen: u64,
     pub links: Vec<Link>,
-    pub phase: Phase,
+    /// The binary's elector ([`Machine`]): every decision above the rounds.
+    pub elector: Machine,
+    /// A round the elector asked for that has not gone out yet (an attempt after a notice that
+    /// arrived in another step); the next start sends it.
+    pub pending: Option<Command>,
+    /// A named notice that arrived while a round was in flight: the elector takes it when the
+    /// round is back (as the driver's select does).
+    pub notice: bool,
+    /// Acquired with a token above the proposal: the first renewal must write it to a quorum
+    /// before the attempt counts as won (`Redlock::acquire`).
+    pub confirming: Option<Lease>,
     pub round: Option<Round>,
     /// Real time of the last round started (at most one start per unit).
     pub last_start: Option<u8>,
     /// Rounds this sidecar started (the bound `System.max_rounds`; survives a crash).
     pub rounds: u8,
-    /// A release notice named this sidecar and its attempt has not gone out yet.
-    pub named: bool,
     /// `Redlock.term_log`: the lock commands of the current value per node.
     pub log: TermLog,
 }
@@ -324,6 +326,9 @@ pub struct State {
     /// Highest token of any term published so far, and whether a term ever failed to exceed it.
     pub max_token: u64,
     pub s2_broken: bool,
+    /// Within one step only: the successor a release just notified (`run_script` sets it, the
+    /// step hands it to that sidecar's elector).
+    pub notified: Option<u8>,
 }
 
 /// Integer µs with `+ Duration`, the time type `node::classify_at` runs on here.
@@ -384,6 +389,27 @@ pub enum Action {
     StepDown(u8),
 }
 
+/// The model's randomness: always the low end of a range. Jitter is far below the model's unit
+/// of time; what it spreads in production, the checker's interleavings cover.
+struct Low;
+
+impl rand::RngCore for Low {
+    fn next_u32(&mut self) -> u32 {
+        0
+    }
+    fn next_u64(&mut self) -> u64 {
+        0
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        dest.fill(0);
+    }
+}
+
+/// The index of the sidecar named `id` in traces.
+fn index(id: &str) -> u8 {
+    id.bytes().next().map_or(0, |b| b - b'A')
+}
+
 /// The name of sidecar `k` in traces.
 pub fn name(k: usize) -> char {
     (b'A' + k as u8) as char
@@ -394,6 +420,17 @@ static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
 /// The `Instant` of local µs `us` (shifted so that negative µs still map to an instant).
 fn instant(us: i64) -> Instant {
     *BASE + Duration::from_micros((us + 1_000 * UNIT_US) as u64)
+}
+
+/// Local µs of an `Instant` made by [`instant`].
+fn local_us(at: Instant) -> i64 {
+    at.duration_since(*BASE).as_micros() as i64 - 1_000 * UNIT_US
+}
+
+/// The model's value of a lock value made by [`val_str`].
+fn parse_val(s: &str) -> Val {
+    let (k, n) = s.split_once('#').expect("a lock value of the model");
+    (index(k), n.parse().expect("a nonce of the model"))
 }
 
 /// A lock value as the binary writes it, for the term log.
@@ -521,7 +558,7 @@ impl System {
 
     fn believes(&self, s: &State, k: usize) -> bool {
         let c = &s.sidecars[k];
-        let Phase::Leader(lease) = c.phase else {
+        let Some(term) = c.elector.term() else {
             return false;
         };
         if c.paused {
@@ -530,13 +567,7 @@ impl System {
         if !self.defences.answer_time {
             return true;
         }
-        let published = Leadership::default().with(
-            Some(Term {
-                token: lease.token,
-                deadline: instant(lease.deadline_us),
-            }),
-            Some(name(k).to_string()),
-        );
+        let published = Leadership::default().with(Some(term), Some(name(k).to_string()));
         published.at(instant(self.clock(s, k))).term.is_some()
     }
 
@@ -547,14 +578,179 @@ impl System {
             .collect()
     }
 
-    fn publish(s: &mut State, k: usize, lease: Lease, new_term: bool) {
-        s.sidecars[k].phase = Phase::Leader(lease);
-        if new_term {
-            if lease.token <= s.max_token {
-                s.s2_broken = true;
-            }
-            s.max_token = s.max_token.max(lease.token);
+    /// S2's bookkeeping when a new term is published.
+    fn new_term(s: &mut State, token: u64) {
+        if token <= s.max_token {
+            s.s2_broken = true;
         }
+        s.max_token = s.max_token.max(token);
+    }
+
+    /// The binary's elector as the model runs it, started at local µs `now_us`. Its timers are
+    /// as short as they go (`retryEvery` and `renewEvery` 1 µs, no stall margin, grace 0, no
+    /// cool-down after a step-down): when a round may start is the model's choice (a start per
+    /// unit, at most `max_rounds`), so the elector asks for one whenever the checker lets it,
+    /// a superset of the jittered periods. Its decisions (what to attempt, a named successor's
+    /// proof attempt, renewal results, the deadline, whom a step-down names, what is published)
+    /// are its own.
+    fn machine(&self, k: usize, now_us: i64) -> Machine {
+        let micro = Duration::from_micros(1);
+        let timing = Timing {
+            stall_margin: Duration::from_secs(1_000),
+            ..Timing::new(Duration::ZERO, micro, micro)
+        };
+        let preference = Preference {
+            prefer: Prefer::None,
+            priority: 0,
+            settle: Duration::ZERO,
+            grace: Duration::ZERO,
+            name_successor: true,
+        };
+        let id = name(k).to_string();
+        let quorum = math::quorum(self.nodes);
+        Machine::new(
+            id,
+            timing,
+            preference,
+            Standing::fixed(),
+            quorum,
+            instant(now_us),
+        )
+    }
+
+    /// Hand sidecar `k`'s elector one event at its clock, and run what it asks for: rounds go
+    /// out now if `start` (the step is a round start), else wait in `pending`; a watch is
+    /// answered "free" at once (the model has no watch round: the follower attempts instead);
+    /// a successor read shows `to` ready; a release runs as `Redlock::release` does.
+    fn feed(&self, s: &mut State, k: usize, event: Event, to: Option<u8>) {
+        self.feed_with(s, k, event, to, false);
+    }
+
+    fn feed_with(&self, s: &mut State, k: usize, event: Event, to: Option<u8>, start: bool) {
+        let now_us = self.clock(s, k);
+        let before = s.sidecars[k].elector.term().map(|t| t.token);
+        let mut events = VecDeque::from([event]);
+        while let Some(event) = events.pop_front() {
+            let mut cx = Cx {
+                now: instant(now_us),
+                nodes: Nodes {
+                    wait: QuorumWait::default(),
+                    counts_at: None,
+                    successor_ready: true,
+                    notices_live: false,
+                    watch_period: Duration::from_micros(1),
+                },
+                stalled: false,
+                rng: &mut Low,
+            };
+            s.sidecars[k].elector.handle(&mut cx, event);
+            while let Some(command) = s.sidecars[k].elector.poll_command() {
+                match command {
+                    Command::Attempt { .. } | Command::Renew { .. } if start => {
+                        self.send(s, k, command)
+                    }
+                    Command::Attempt { .. } | Command::Renew { .. } => {
+                        s.sidecars[k].pending = Some(command)
+                    }
+                    Command::Watch { .. } => events.push_back(Event::Watched {
+                        held: None,
+                        candidates: None,
+                    }),
+                    Command::ReadCandidates { .. } => {
+                        let ready = to.map(|to| Candidate {
+                            identity: name(to as usize).to_string(),
+                            rank: Rank::default(),
+                            ready_for: Some(Duration::ZERO),
+                            pending: false,
+                        });
+                        events.push_back(Event::Candidates(Some(ready.into_iter().collect())));
+                    }
+                    Command::Release { lease, successor } => {
+                        let value = parse_val(&lease.value);
+                        let model = Lease {
+                            value,
+                            token: lease.token,
+                            deadline_us: local_us(lease.deadline),
+                        };
+                        match successor {
+                            Some(to) => self.handover(s, k, model, index(&to)),
+                            None => {
+                                s.sidecars[k].round = None;
+                                Self::release(s, k, value);
+                            }
+                        }
+                        events.push_back(Event::Released);
+                    }
+                    Command::PublishEnd(_) => {
+                        // A term's end makes a renewal not yet sent moot.
+                        if matches!(s.sidecars[k].pending, Some(Command::Renew { .. })) {
+                            s.sidecars[k].pending = None;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(term) = s.sidecars[k].elector.term()
+            && Some(term.token) != before
+        {
+            Self::new_term(s, term.token);
+        }
+    }
+
+    /// Send a round the elector asked for.
+    fn send(&self, s: &mut State, k: usize, command: Command) {
+        match command {
+            Command::Attempt { named, .. } => self.start_acquire(s, k, named),
+            Command::Renew { lease, .. } => {
+                let model = Lease {
+                    value: parse_val(&lease.value),
+                    token: lease.token,
+                    deadline_us: local_us(lease.deadline),
+                };
+                self.start_renew(s, k, model)
+            }
+            _ => {}
+        }
+    }
+
+    /// A round start: the one the elector asked for, or whatever its timer asks for now.
+    fn start(&self, s: &mut State, k: usize) {
+        match s.sidecars[k].pending.take() {
+            Some(command) => self.send(s, k, command),
+            None => self.feed_with(s, k, Event::Timer, None, true),
+        }
+    }
+
+    /// A release notice naming sidecar `k` reached it: its elector takes it now if it is
+    /// waiting, else when its round is back.
+    fn notify(&self, s: &mut State, k: usize) {
+        if !s.sidecars[k].elector.waiting() {
+            s.sidecars[k].notice = true;
+            return;
+        }
+        let event = Event::Notice {
+            successor: Some(name(k).to_string()),
+            copies: 1,
+        };
+        self.feed(s, k, event, None);
+    }
+
+    /// Whether sidecar `k`'s elector asks for something now (a timer due).
+    fn due(&self, s: &State, k: usize) -> bool {
+        let c = &s.sidecars[k];
+        c.pending.is_some()
+            || c.elector
+                .poll_timeout()
+                .is_some_and(|t| t <= instant(self.clock(s, k)))
+    }
+
+    /// Sidecar `k` leads and its clock reached the deadline.
+    fn past_deadline(&self, s: &State, k: usize) -> bool {
+        s.sidecars[k]
+            .elector
+            .term()
+            .is_some_and(|t| instant(self.clock(s, k)) >= t.deadline)
     }
 
     /// `Redlock::release`: token-checked delete on every connected node. It runs at once where
@@ -582,15 +778,11 @@ impl System {
     /// `Elector::step_down` with a named successor, then `Redlock::release`: the proof per node
     /// from `proof::may_prove` at the moment of sending, the release queued behind whatever the
     /// connection still carries (it may run late, after the lease ran out).
-    fn handover(&self, s: &mut State, k: usize, to: u8) {
-        let Phase::Leader(lease) = s.sidecars[k].phase else {
-            return;
-        };
+    fn handover(&self, s: &mut State, k: usize, lease: Lease, to: u8) {
         let now_us = self.clock(s, k);
         let valid = now_us < lease.deadline_us;
         let value = val_str(lease.value);
         let c = &mut s.sidecars[k];
-        c.phase = Phase::Follower;
         c.round = None;
         let now = s.now;
         for i in 0..self.nodes {
@@ -606,14 +798,6 @@ impl System {
                     },
                 ));
             }
-        }
-    }
-
-    fn step_down(s: &mut State, k: usize) {
-        if let Phase::Leader(lease) = s.sidecars[k].phase {
-            s.sidecars[k].phase = Phase::Follower;
-            s.sidecars[k].round = None;
-            Self::release(s, k, lease.value);
         }
     }
 
@@ -666,13 +850,12 @@ impl System {
         self.maybe_finish(s, k);
     }
 
-    fn start_acquire(&self, s: &mut State, k: usize) {
+    fn start_acquire(&self, s: &mut State, k: usize, named: bool) {
         let now_us = self.clock(s, k);
         let c = &s.sidecars[k];
         let value = (k as u8, c.seq + 1);
         let proposed = c.epoch_seen + 1;
         let eligible: Vec<bool> = c.links.iter().map(|l| self.counts(l, now_us)).collect();
-        let named = c.named;
         let on_proof: Vec<bool> = c
             .links
             .iter()
@@ -688,7 +871,6 @@ impl System {
         let (e2, p2) = (eligible.clone(), on_proof.clone());
         // Under the test-only switch a node asked on a proof is asked to take the key outright.
         let check = self.defences.release_proof;
-        s.sidecars[k].named = false;
         self.start_round(
             s,
             k,
@@ -758,34 +940,56 @@ impl System {
                         deadline_us,
                     };
                     if token == proposed {
-                        Self::publish(s, k, lease, true);
+                        self.attempted(s, k, Some(lease));
                     } else {
-                        c.phase = Phase::Confirming(lease);
+                        c.confirming = Some(lease);
                         self.start_renew(s, k, lease);
                     }
                 } else {
                     c.epoch_seen = c.epoch_seen.max(round.max_epoch);
                     Self::release(s, k, value);
+                    self.attempted(s, k, None);
                 }
             }
-            RoundKind::Renew => match c.phase {
-                Phase::Leader(mut lease) => {
-                    if won && valid {
-                        lease.deadline_us = lease.deadline_us.max(deadline_us);
-                        Self::publish(s, k, lease, false);
-                    }
+            RoundKind::Renew => match c.confirming.take() {
+                Some(mut lease) if won && valid => {
+                    lease.deadline_us = lease.deadline_us.max(deadline_us);
+                    self.attempted(s, k, Some(lease));
                 }
-                Phase::Confirming(mut lease) => {
-                    if won && valid {
-                        lease.deadline_us = lease.deadline_us.max(deadline_us);
-                        Self::publish(s, k, lease, true);
-                    } else {
-                        c.phase = Phase::Follower;
-                        Self::release(s, k, lease.value);
-                    }
+                Some(lease) => {
+                    Self::release(s, k, lease.value);
+                    self.attempted(s, k, None);
                 }
-                Phase::Follower => {}
+                None => {
+                    let deadline = (won && valid).then(|| instant(deadline_us));
+                    let event = Event::Renewed {
+                        deadline,
+                        candidates: None,
+                    };
+                    self.feed(s, k, event, None);
+                }
             },
+        }
+    }
+
+    /// An attempt is back: the elector takes the result (a won lease, or no quorum: the model
+    /// does not tell a contended attempt from a split one), then a notice that came meanwhile.
+    fn attempted(&self, s: &mut State, k: usize, won: Option<Lease>) {
+        let outcome = match won {
+            Some(l) => Acquire::Acquired(redlock_elector::redlock::Lease {
+                value: val_str(l.value),
+                token: l.token,
+                deadline: instant(l.deadline_us),
+            }),
+            None => Acquire::NoQuorum(Observed::default()),
+        };
+        let event = Event::Attempted {
+            outcome,
+            candidates: None,
+        };
+        self.feed(s, k, event, None);
+        if std::mem::take(&mut s.sidecars[k].notice) {
+            self.notify(s, k);
         }
     }
 
@@ -852,8 +1056,8 @@ impl System {
                     // the next tick (sooner if the node's clock jumps forward).
                     if let Some((to, proof)) = successor {
                         r.reserved = Some((to, proof, wall + UNIT_US / 2));
-                        // The notice: the successor attempts next, on the proof.
-                        s.sidecars[to as usize].named = true;
+                        // The notice: the successor's elector takes it (`System::notify`).
+                        s.notified = Some(to);
                     }
                 }
                 return None;
@@ -1100,17 +1304,23 @@ impl Model for System {
                             seq: 0,
                             epoch_seen: 0,
                             links: vec![Link::default(); self.nodes],
-                            phase: Phase::Follower,
+                            elector: self.machine(0, 0),
+                            pending: None,
+                            notice: false,
+                            confirming: None,
                             round: None,
                             last_start: None,
                             rounds: 0,
-                            named: false,
                             log: TermLog::default(),
                         })
                         .collect(),
                     max_token: 0,
                     s2_broken: false,
+                    notified: None,
                 };
+                for k in 0..self.sidecars {
+                    s.sidecars[k].elector = self.machine(k, 0);
+                }
                 // Every sidecar has run for a while: connected, and each node's clock watched
                 // for longer than the window (readings 14 units ago and now).
                 let policy = self.policy();
@@ -1203,24 +1413,22 @@ impl Model for System {
                 && c.last_start != Some(s.now)
                 && c.rounds < self.max_rounds
                 && (k == 0 || s.now >= self.a_first_until);
-            match c.phase {
-                Phase::Follower if may_start => actions.push(Action::StartAcquire(k8)),
-                Phase::Leader(lease) => {
-                    if self.clock(s, k) >= lease.deadline_us {
-                        actions.push(Action::StepDown(k8));
-                    } else if may_start {
-                        actions.push(Action::StartRenew(k8));
-                    }
-                    if self.handovers && c.round.is_none() {
-                        for to in (0..self.sidecars).filter(|&j| j != k) {
-                            actions.push(Action::Handover {
-                                from: k8,
-                                to: to as u8,
-                            });
-                        }
-                    }
+            let leading = c.elector.term().is_some();
+            if leading && self.past_deadline(s, k) {
+                actions.push(Action::StepDown(k8));
+            } else if may_start && c.confirming.is_none() && self.due(s, k) {
+                actions.push(match leading {
+                    true => Action::StartRenew(k8),
+                    false => Action::StartAcquire(k8),
+                });
+            }
+            if leading && self.handovers && c.round.is_none() {
+                for to in (0..self.sidecars).filter(|&j| j != k) {
+                    actions.push(Action::Handover {
+                        from: k8,
+                        to: to as u8,
+                    });
                 }
-                _ => {}
             }
             if let Some(r) = &c.round
                 && self.clock(s, k) - r.t1_us >= TIMEOUT_US
@@ -1243,10 +1451,8 @@ impl Model for System {
                     if s.sidecars[k].paused || !self.running(&s, k) {
                         continue;
                     }
-                    if let Phase::Leader(lease) = s.sidecars[k].phase
-                        && self.clock(&s, k) >= lease.deadline_us
-                    {
-                        Self::step_down(&mut s, k);
+                    if self.past_deadline(&s, k) {
+                        self.feed(&mut s, k, Event::Timer, None);
                     }
                     for i in 0..self.nodes {
                         if s.sidecars[k].links[i].conn {
@@ -1268,11 +1474,15 @@ impl Model for System {
                 let c = &mut s.sidecars[k as usize];
                 c.paused = false;
                 c.epoch_seen = 0;
-                c.phase = Phase::Follower;
                 c.round = None;
                 c.last_start = None;
-                c.named = false;
+                c.pending = None;
+                c.notice = false;
+                c.confirming = None;
                 c.log = TermLog::default();
+                let now_us = self.clock(&s, k as usize);
+                s.sidecars[k as usize].elector = self.machine(k as usize, now_us);
+                let c = &mut s.sidecars[k as usize];
                 for l in &mut c.links {
                     let mut orphans = std::mem::take(&mut l.orphans);
                     orphans.extend(l.reqs.drain(..));
@@ -1311,12 +1521,7 @@ impl Model for System {
                     .replies
                     .pop_front();
             }
-            Action::StartAcquire(k) => self.start_acquire(&mut s, k as usize),
-            Action::StartRenew(k) => {
-                if let Phase::Leader(lease) = s.sidecars[k as usize].phase {
-                    self.start_renew(&mut s, k as usize, lease);
-                }
-            }
+            Action::StartAcquire(k) | Action::StartRenew(k) => self.start(&mut s, k as usize),
             Action::Apply { sidecar, node } => {
                 let (k, i) = (sidecar as usize, node as usize);
                 let (_, req) = s.sidecars[k].links[i].reqs.pop_front()?;
@@ -1327,11 +1532,17 @@ impl Model for System {
                     let now = s.now;
                     s.sidecars[k].links[i].replies.push_back((now, reply));
                 }
+                if let Some(to) = s.notified.take() {
+                    self.notify(&mut s, to as usize);
+                }
             }
             Action::ApplyOrphan { sidecar, node } => {
                 let (k, i) = (sidecar as usize, node as usize);
                 let (_, req) = s.sidecars[k].links[i].orphans.pop_front()?;
                 Self::run_script(&mut s, i, &req);
+                if let Some(to) = s.notified.take() {
+                    self.notify(&mut s, to as usize);
+                }
             }
             Action::Deliver { sidecar, node } => {
                 self.deliver(&mut s, sidecar as usize, node as usize)
@@ -1350,8 +1561,16 @@ impl Model for System {
                 }
                 self.maybe_finish(&mut s, k);
             }
-            Action::StepDown(k) => Self::step_down(&mut s, k as usize),
-            Action::Handover { from, to } => self.handover(&mut s, from as usize, to),
+            Action::StepDown(k) => self.feed(&mut s, k as usize, Event::Timer, None),
+            Action::Handover { from, to } => {
+                // `POST /leader/step-down`: the elector reads the candidates (the model shows
+                // `to` ready) and releases naming it.
+                self.feed(&mut s, from as usize, Event::StepDown(0), Some(to));
+            }
+        }
+        for k in 0..self.sidecars {
+            let now = instant(self.clock(&s, k));
+            s.sidecars[k].elector.forget_past(now);
         }
         Some(s)
     }
@@ -1392,19 +1611,26 @@ impl System {
                 c.rate.short(),
                 if c.paused { " PAUSED" } else { "" }
             );
-            match c.phase {
-                Phase::Follower => out.push_str("follower"),
-                Phase::Confirming(l) => {
+            match (c.confirming, c.elector.term()) {
+                (Some(l), _) => {
                     let _ = write!(out, "confirming token {}", l.token);
                 }
-                Phase::Leader(l) => {
+                (None, Some(t)) => {
                     let _ = write!(
                         out,
                         "leader, token {}, deadline {}",
-                        l.token,
-                        units(l.deadline_us)
+                        t.token,
+                        units(local_us(t.deadline))
                     );
                 }
+                (None, None) => out.push_str("follower"),
+            }
+            if let Some(Command::Attempt { named, .. }) = &c.pending {
+                let _ = write!(
+                    out,
+                    "; attempt asked{}",
+                    if *named { " (named by a notice)" } else { "" }
+                );
             }
             if leaders.contains(&k) {
                 out.push_str(" => answers is_leader: true");

@@ -1,25 +1,14 @@
 //! This sidecar as a candidate: its rank and readiness, the record it writes beside each
 //! attempt, watch and renewal, and what `/leader` shows about candidates.
 
-use std::time::Duration;
-
-use super::{Command, Cx, Machine};
+use super::Machine;
+use super::io::{Command, Cx, Record};
 use crate::leadership::CandidacyView;
 use crate::redlock::candidates::{self, Candidate, Rank};
 
 /// A leader's record lives for this many renewal periods, a follower's for this many watch
 /// periods: one missed refresh does not make a candidate vanish.
 pub(super) const RECORD_LIFE_PERIODS: u32 = 3;
-
-/// The own candidate record a round writes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
-    /// The encoded fields ([`candidates::fields`]); `None` while the rank is unknown (the round
-    /// then only reads).
-    pub fields: Option<[String; 5]>,
-    /// How long it lives.
-    pub life: Duration,
-}
 
 impl Machine {
     /// This sidecar's rank, once its pod has been read (always outside Kubernetes).

@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use super::{Command, Count, Cx, Machine, Phase};
+use super::io::{Command, Count, Cx};
+use super::{Machine, Phase};
 use crate::backoff::{jitter_with, scale_with};
 use crate::redlock::candidates::Candidate;
 use crate::redlock::{Acquire, Observed};
@@ -86,11 +87,7 @@ impl Machine {
     /// A release notice: the holder released. Wait for the moment to attempt: at once if named,
     /// after the grace if someone else is, after a little jitter otherwise.
     pub(super) fn notice(&mut self, cx: &mut Cx<'_>, successor: Option<String>, copies: usize) {
-        let waiting = matches!(
-            self.phase,
-            Phase::Idle | Phase::AwaitCopies { .. } | Phase::AfterNotice { .. }
-        );
-        if !waiting || !self.gate(cx) {
+        if !self.waiting() || !self.gate(cx) {
             return;
         }
         if self.leader.as_ref().is_some_and(|l| *l != self.identity) {

@@ -6,13 +6,22 @@ use std::time::Duration;
 use rand::RngCore;
 use tokio::time::Instant;
 
-use super::Record;
-use crate::elector::Standing;
-use crate::elector::StepDown;
+use crate::elector::settings::Standing;
+use crate::elector::step_down::StepDown;
 use crate::leadership::{CandidacyView, Ended, Term};
 use crate::metrics::HandoverReason;
 use crate::redlock::candidates::Candidate;
 use crate::redlock::{Acquire, Lease, Observed, QuorumWait};
+
+/// The own candidate record a round writes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Record {
+    /// The encoded fields ([`crate::redlock::candidates::fields`]); `None` while the rank is unknown (the round
+    /// then only reads).
+    pub fields: Option<[String; 5]>,
+    /// How long it lives.
+    pub life: Duration,
+}
 
 /// What the nodes say at the instant of a call: the clock watch and the subscriptions, as
 /// [`crate::redlock::Redlock`] reports them (the driver reads them; the tests set them).
@@ -93,7 +102,7 @@ pub enum Event {
 }
 
 /// An output of the machine, in the order given.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Command {
     /// Run an acquire round (`named`: right after a notice naming this sidecar, so nodes may be
     /// counted on the release proof), and the candidate round beside it; answer with
@@ -158,7 +167,7 @@ pub enum Command {
 }
 
 /// What the metrics count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Count {
     /// A term began after a failover gap this long.
     BecameLeader(Duration),

@@ -8,9 +8,10 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::candidacy::RECORD_LIFE_PERIODS;
-use super::{Command, Count, Cx, Ending, Leading, Machine, Phase};
-use crate::elector::{StepDown, StepDownReason};
-use crate::leadership::{Ended, Term};
+use super::io::{Command, Count, Cx};
+use super::{Ending, Leading, Machine, Phase};
+use crate::elector::step_down::StepDown;
+use crate::leadership::{Ended, StepDownReason, Term};
 use crate::redlock::Lease;
 use crate::redlock::candidates::{self, Candidate, Handover};
 

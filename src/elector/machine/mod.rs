@@ -25,7 +25,7 @@
 
 mod candidacy;
 mod follower;
-mod io;
+pub mod io;
 mod leader;
 #[cfg(test)]
 mod tests;
@@ -34,17 +34,17 @@ use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
-pub use self::candidacy::Record;
-pub use self::io::{Command, Count, Cx, Event, Nodes};
-use super::settings::{Preference, Standing, Timing};
-use super::{StepDown, StepDownReason};
+pub use self::io::{Command, Count, Cx, Event, Nodes, Record};
+use crate::elector::settings::{Preference, Standing, Timing};
+use crate::elector::step_down::StepDown;
+use crate::leadership::StepDownReason;
 use crate::leadership::{CandidacyView, Term};
 use crate::redlock::Lease;
 use crate::redlock::candidates::Candidate;
 use crate::redlock::node::Wait;
 
 /// The machine's state.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Phase {
     /// Following: the timer decides between an attempt and a watch.
     Idle,
@@ -92,7 +92,7 @@ enum Phase {
 }
 
 /// A term in progress.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Leading {
     /// The lease as last renewed.
     lease: Lease,
@@ -103,7 +103,7 @@ struct Leading {
 }
 
 /// A term that is ending.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Ending {
     /// The lease to release.
     lease: Lease,
@@ -114,7 +114,7 @@ struct Ending {
 }
 
 /// The follower's timers, kept across attempts.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Schedule {
     /// When the next attempt (or watch) goes out.
     next_attempt: Instant,
@@ -131,7 +131,7 @@ struct Schedule {
 }
 
 /// The elector's state machine.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Machine {
     /// This sidecar's identity.
     identity: String,
@@ -230,9 +230,37 @@ impl Machine {
         self.phase == Phase::Done
     }
 
+    /// Whether a follower waits for its timer (not for a round's answer): a release notice is
+    /// taken now; one that arrives during a round is taken when the round is back.
+    pub fn waiting(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Idle | Phase::AwaitCopies { .. } | Phase::AfterNotice { .. }
+        )
+    }
+
     /// Whether a named successor waits for a quorum of notice copies.
     pub fn awaiting_copies(&self) -> bool {
         matches!(self.phase, Phase::AwaitCopies { .. })
+    }
+
+    /// For a model checker's state hashing (the runtime never calls it): forget what decides
+    /// nothing at `now` any more, so that states that behave alike hash alike. Timers already
+    /// due read as due now (a due timer acts the same however late; only the renewal's stall
+    /// check reads the lateness, and the model runs without a stall margin), and the failover
+    /// gap's start, which only the `acquire_wait` metric reads, is dropped.
+    pub fn forget_past(&mut self, now: Instant) {
+        let s = &mut self.schedule;
+        s.free_since = None;
+        s.next_attempt = s.next_attempt.max(now);
+        s.cooldown_until = s.cooldown_until.filter(|c| *c > now);
+        match &mut self.phase {
+            Phase::Attempting { at, .. } => *at = now,
+            Phase::AwaitCopies { until } => *until = (*until).max(now),
+            Phase::AfterNotice { at } => *at = (*at).max(now),
+            Phase::Leading(t) => t.next_renew = t.next_renew.max(now),
+            _ => {}
+        }
     }
 
     /// Feed one input.

@@ -8,7 +8,7 @@ use super::{Node, lock, mono_us};
 use crate::redlock::clock::{self, Reading, Seen};
 
 /// Why a node's vote does not count (yet), for the log, `/leader` and the metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Wait {
     /// This sidecar is still watching the node's clock (ttl + margin after its first reading):
     /// a fresh sidecar, a node that restarted, or a long gap between readings.
