@@ -76,6 +76,20 @@ use std::time::Instant;
 use stateright::{Checker, HasDiscoveries, Model};
 use system::{Defences, Faults, Rate, System};
 
+/// A model check: run by `scripts/test.sh` with `cargo test --release --test model`, and
+/// `#[ignore]`d in unoptimized builds, where its search takes minutes.
+macro_rules! model_test {
+    ($(#[$m:meta])* fn $name:ident() $body:block) => {
+        $(#[$m])*
+        #[test]
+        #[cfg_attr(
+            debug_assertions,
+            ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
+        )]
+        fn $name() $body
+    };
+}
+
 const S1: &str = "S1 mutual exclusion";
 const S2: &str = "S2 fencing tokens increase";
 const LIVE: &str = "a leader is reachable";
@@ -210,6 +224,47 @@ fn hazard(label: &str, off: System) -> String {
     trace
 }
 
+/// The hazards' common bound: horizon `horizon`, the given faults and defences, one round per
+/// sidecar, and B idle until `b_from` (so A can lead first).
+fn scenario(horizon: u8, f: Faults, d: Defences, b_from: u8) -> System {
+    let mut sys = System::new(horizon, f, d);
+    sys.a_first_until = b_from;
+    sys.max_rounds = 1;
+    sys
+}
+
+/// The release-proof hazard's system (issue 25): B fresh and starting at unit 2, graceful
+/// handovers, two forward jumps of 12 units, two rounds each.
+fn fresh_successor_hazard(defences: Defences) -> System {
+    let mut sys = System::new(2, faults(2, |f| f.jump_forward = true), defences);
+    sys.fresh = vec![false, true];
+    sys.connect_at = vec![0, 2];
+    sys.handovers = true;
+    sys.jump_units = 12;
+    sys.max_rounds = 2;
+    sys
+}
+
+/// Every fault allowed, at most `max` in one behaviour.
+fn every_fault(max: u8) -> Faults {
+    Faults {
+        pause: true,
+        sidecar_crash: true,
+        node_restart: true,
+        reply_loss: true,
+        jump_forward: true,
+        jump_backward: true,
+        max,
+    }
+}
+
+/// Every defence but those `off` switches off.
+fn all_but(off: impl Fn(&mut Defences)) -> Defences {
+    let mut d = Defences::ALL;
+    off(&mut d);
+    d
+}
+
 fn faults(max: u8, set: impl Fn(&mut Faults)) -> Faults {
     let mut f = Faults {
         max,
@@ -260,28 +315,15 @@ fn canonical_identifies_node_permutations() {
     }
 }
 
-/// (1) A node restarts empty after granting A's lease; B wins it and another node. The restart
-/// quarantine holds the node out; so does observe-before-counting (a new run_id starts a new
-/// watch), so the unsafe run switches both off, as `safety_empty_restart` does.
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
-)]
-fn empty_restart_needs_the_quarantine() {
-    let f = faults(1, |f| f.node_restart = true);
-    let off = Defences {
-        quarantine: false,
-        clock_check: false,
-        ..Defences::ALL
-    };
-    let scenario = |horizon: u8, d: Defences| {
-        let mut sys = System::new(horizon, f, d);
-        sys.a_first_until = 1;
-        sys.max_rounds = 1;
-        sys
-    };
-    hazard("empty restart, quarantine off", scenario(2, off));
+model_test! {
+    /// (1) A node restarts empty after granting A's lease; B wins it and another node. The restart
+    /// quarantine holds the node out; so does observe-before-counting (a new run_id starts a new
+    /// watch), so the unsafe run switches both off, as `safety_empty_restart` does.
+    fn empty_restart_needs_the_quarantine() {
+        let f = faults(1, |f| f.node_restart = true);
+        let off = all_but(|d| (d.quarantine, d.clock_check) = (false, false));
+        hazard("empty restart, quarantine off", scenario(2, f, off, 1));
+    }
 }
 
 /// Each of the two defences against an empty restart alone suffices within the same bound
@@ -290,12 +332,6 @@ fn empty_restart_needs_the_quarantine() {
 #[ignore = "about half a minute in release; not needed for the acceptance"]
 fn empty_restart_each_defence_alone() {
     let f = faults(1, |f| f.node_restart = true);
-    let scenario = |d: Defences| {
-        let mut sys = System::new(2, f, d);
-        sys.a_first_until = 1;
-        sys.max_rounds = 1;
-        sys
-    };
     for (what, d) in [
         (
             "empty restart, quarantine only",
@@ -312,117 +348,65 @@ fn empty_restart_each_defence_alone() {
             },
         ),
     ] {
-        assert!(check(what, scenario(d), false).is_none());
+        assert!(check(what, scenario(2, f, d, 1), false).is_none());
     }
 }
 
-/// (2) After A's acquisition, the wall clocks of two of the three nodes jump forward: A's keys
-/// there expire early while A's deadline still runs, and B wins those two nodes. Jump detection
-/// (the clock watch on every reply and every refresh) quarantines them.
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
-)]
-fn forward_jump_on_a_majority_needs_jump_detection() {
-    let f = faults(2, |f| f.jump_forward = true);
-    let mut unsafe_sys = System::new(
-        7,
-        f,
-        Defences {
-            clock_check: false,
-            ..Defences::ALL
-        },
-    );
-    unsafe_sys.a_first_until = 7;
-    unsafe_sys.max_rounds = 1;
-    hazard("forward jump on a majority, detection off", unsafe_sys);
+model_test! {
+    /// (2) After A's acquisition, the wall clocks of two of the three nodes jump forward: A's keys
+    /// there expire early while A's deadline still runs, and B wins those two nodes. Jump detection
+    /// (the clock watch on every reply and every refresh) quarantines them.
+    fn forward_jump_on_a_majority_needs_jump_detection() {
+        let f = faults(2, |f| f.jump_forward = true);
+        let sys = scenario(7, f, all_but(|d| d.clock_check = false), 7);
+        hazard("forward jump on a majority, detection off", sys);
+    }
 }
 
-/// (3) A leads and is paused; its deadline passes while it sleeps, the keys expire, B wins.
-/// When A resumes, an answer computed from the flag set at decision time says "leader" until
-/// the elector's timer catches up; `Leadership::at(now)` says no from the first answer.
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
-)]
-fn pause_needs_answer_time_deadline() {
-    let f = faults(1, |f| f.pause = true);
-    let mut unsafe_sys = System::new(
-        11,
-        f,
-        Defences {
-            answer_time: false,
-            ..Defences::ALL
-        },
-    );
-    unsafe_sys.a_first_until = 11;
-    unsafe_sys.max_rounds = 1;
-    hazard("pause, deadline at decision time", unsafe_sys);
+model_test! {
+    /// (3) A leads and is paused; its deadline passes while it sleeps, the keys expire, B wins.
+    /// When A resumes, an answer computed from the flag set at decision time says "leader" until
+    /// the elector's timer catches up; `Leadership::at(now)` says no from the first answer.
+    fn pause_needs_answer_time_deadline() {
+        let f = faults(1, |f| f.pause = true);
+        let sys = scenario(11, f, all_but(|d| d.answer_time = false), 11);
+        hazard("pause, deadline at decision time", sys);
+    }
 }
 
-/// (4) A's clock runs 10 % slow. Without the drift term its deadline, `T1 + ttl` on its own
-/// clock, is 11.1 units of real time later, but the nodes drop its keys after 10 units: B wins
-/// while A still answers "leader".
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
-)]
-fn slow_clock_needs_the_drift_term() {
-    let f = faults(0, |_| {});
-    let mut unsafe_sys = System::new(
-        11,
-        f,
-        Defences {
-            drift_term: false,
-            ..Defences::ALL
-        },
-    );
-    unsafe_sys.rates = vec![vec![Rate::Slow], vec![Rate::Exact]];
-    unsafe_sys.a_first_until = 11;
-    unsafe_sys.max_rounds = 1;
-    hazard("slow clock, drift term off", unsafe_sys);
+model_test! {
+    /// (4) A's clock runs 10 % slow. Without the drift term its deadline, `T1 + ttl` on its own
+    /// clock, is 11.1 units of real time later, but the nodes drop its keys after 10 units: B wins
+    /// while A still answers "leader".
+    fn slow_clock_needs_the_drift_term() {
+        let off = all_but(|d| d.drift_term = false);
+        let mut sys = scenario(11, faults(0, |_| {}), off, 11);
+        sys.rates = vec![vec![Rate::Slow], vec![Rate::Exact]];
+        hazard("slow clock, drift term off", sys);
+    }
 }
 
-/// (5) The release proof (issue 25). A leads and hands over gracefully, naming B, a rollout's
-/// new pod that is not running yet (it starts at unit 2, as a fresh process that has watched no
-/// node's clock). B does not take the handover in time: the reservations expire at the next
-/// unit, and A, as a follower again, wins the lease back. Then the wall clocks of two nodes jump
-/// forward by more than a ttl, so A's keys there vanish while A still leads; B starts after the
-/// jumps, so its own watch cannot see them. Without the proof check, B's attempt after the notice
-/// counts every grant: it wins the two stepped nodes beside A. With the check, B counts a node
-/// it has not watched for ttl + margin only if its grant consumed A's proof there, and none is
-/// left.
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
-)]
-fn fresh_successor_needs_the_release_proof() {
-    let f = faults(2, |f| f.jump_forward = true);
-    let mut unsafe_sys = System::new(
-        2,
-        f,
-        Defences {
-            release_proof: false,
-            ..Defences::ALL
-        },
-    );
-    unsafe_sys.fresh = vec![false, true];
-    unsafe_sys.connect_at = vec![0, 2];
-    unsafe_sys.handovers = true;
-    unsafe_sys.jump_units = 12;
-    unsafe_sys.max_rounds = 2;
-    let trace = check_with(
-        "fresh successor, release proof check off",
-        unsafe_sys,
-        true,
-        true,
-    )
-    .expect("no violation found with the release proof check off");
-    assert!(trace.contains("is_leader: true"));
+model_test! {
+    /// (5) The release proof (issue 25). A leads and hands over gracefully, naming B, a rollout's
+    /// new pod that is not running yet (it starts at unit 2, as a fresh process that has watched no
+    /// node's clock). B does not take the handover in time: the reservations expire at the next
+    /// unit, and A, as a follower again, wins the lease back. Then the wall clocks of two nodes jump
+    /// forward by more than a ttl, so A's keys there vanish while A still leads; B starts after the
+    /// jumps, so its own watch cannot see them. Without the proof check, B's attempt after the notice
+    /// counts every grant: it wins the two stepped nodes beside A. With the check, B counts a node
+    /// it has not watched for ttl + margin only if its grant consumed A's proof there, and none is
+    /// left.
+    fn fresh_successor_needs_the_release_proof() {
+        let unsafe_sys = fresh_successor_hazard(all_but(|d| d.release_proof = false));
+        let trace = check_with(
+            "fresh successor, release proof check off",
+            unsafe_sys,
+            true,
+            true,
+        )
+        .expect("no violation found with the release proof check off");
+        assert!(trace.contains("is_leader: true"));
+    }
 }
 
 /// The release-proof hazard's bound with every defence on: no violation. Not in CI: the
@@ -432,37 +416,29 @@ fn fresh_successor_needs_the_release_proof() {
 #[test]
 #[ignore = "the exhaustive on-check at the hazard's bound: more than 20 minutes"]
 fn fresh_successor_release_proof_on_at_the_hazards_bound() {
-    let mut sys = System::new(2, faults(2, |f| f.jump_forward = true), Defences::ALL);
-    sys.fresh = vec![false, true];
-    sys.connect_at = vec![0, 2];
-    sys.handovers = true;
-    sys.jump_units = 12;
-    sys.max_rounds = 2;
+    let sys = fresh_successor_hazard(Defences::ALL);
     if let Some(trace) = check("fresh successor, release proof check on", sys, false) {
         panic!("violation with every defence on:\n{trace}");
     }
 }
 
-/// The proof's purpose: a fresh successor named by a graceful release takes the lease at once (a
-/// state where B leads is reachable within one unit, long before its clock watch of 12 units
-/// would let it count a node).
-#[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "minutes unoptimized: scripts/test.sh runs it with cargo test --release --test model"
-)]
-fn fresh_successor_takes_a_graceful_handover_at_once() {
-    let scenario = |f: Faults| {
-        let mut sys = System::new(1, f, Defences::ALL);
-        sys.fresh = vec![false, true];
-        sys.handovers = true;
-        sys.max_rounds = 2;
-        sys
-    };
-    let quiet = scenario(faults(0, |_| {}));
-    let steps = system::reachable(&quiet, |s| quiet.leaders(s) == vec![1])
-        .expect("a fresh B named by A's graceful release never leads within the bound");
-    eprintln!("[model] fresh successor: B leads after {steps} steps, before its clock watch ends");
+model_test! {
+    /// The proof's purpose: a fresh successor named by a graceful release takes the lease at once (a
+    /// state where B leads is reachable within one unit, long before its clock watch of 12 units
+    /// would let it count a node).
+    fn fresh_successor_takes_a_graceful_handover_at_once() {
+        let scenario = |f: Faults| {
+            let mut sys = System::new(1, f, Defences::ALL);
+            sys.fresh = vec![false, true];
+            sys.handovers = true;
+            sys.max_rounds = 2;
+            sys
+        };
+        let quiet = scenario(faults(0, |_| {}));
+        let steps = system::reachable(&quiet, |s| quiet.leaders(s) == vec![1])
+            .expect("a fresh B named by A's graceful release never leads within the bound");
+        eprintln!("[model] fresh successor: B leads after {steps} steps, before its clock watch ends");
+    }
 }
 
 /// With every defence on, no overlap is reachable in the handover scenario with a forward jump or
@@ -524,15 +500,7 @@ fn finding_a_long_gap_between_readings_hides_a_jump() {
 #[test]
 #[ignore = "the deeper, unrestricted check: minutes to hours"]
 fn all_defences_all_faults() {
-    let f = Faults {
-        pause: true,
-        sidecar_crash: true,
-        node_restart: true,
-        reply_loss: true,
-        jump_forward: true,
-        jump_backward: true,
-        max: env_num("MODEL_FAULTS", 1),
-    };
+    let f = every_fault(env_num("MODEL_FAULTS", 1));
     let mut sys = System::new(env_num("MODEL_HORIZON", 4), f, Defences::ALL);
     sys.max_rounds = env_num("MODEL_ROUNDS", 2);
     if let Some(trace) = check("all defences, all faults", sys, false) {
@@ -546,15 +514,7 @@ fn all_defences_all_faults() {
 #[ignore = "serves a web UI until interrupted"]
 fn explorer() {
     let addr = std::env::var("MODEL_EXPLORER").unwrap_or_else(|_| "localhost:3000".into());
-    let f = Faults {
-        pause: true,
-        sidecar_crash: true,
-        node_restart: true,
-        reply_loss: true,
-        jump_forward: true,
-        jump_backward: true,
-        max: env_num("MODEL_FAULTS", 2),
-    };
+    let f = every_fault(env_num("MODEL_FAULTS", 2));
     let sys = System::new(env_num("MODEL_HORIZON", 14), f, Defences::ALL);
     eprintln!("[model] Explorer on http://{addr}");
     sys.checker().serve(addr);
@@ -567,20 +527,7 @@ fn explorer() {
 fn fresh_successor_hazard_replayed() {
     use system::Action::*;
     let run = |release_proof: bool| {
-        let f = faults(2, |f| f.jump_forward = true);
-        let mut sys = System::new(
-            2,
-            f,
-            Defences {
-                release_proof,
-                ..Defences::ALL
-            },
-        );
-        sys.fresh = vec![false, true];
-        sys.connect_at = vec![0, 2];
-        sys.handovers = true;
-        sys.jump_units = 12;
-        sys.max_rounds = 2;
+        let sys = fresh_successor_hazard(all_but(|d| d.release_proof = release_proof));
         let apply = |k: u8| (0..3).map(move |node| Apply { sidecar: k, node });
         let deliver = |k: u8, nodes: &[u8]| {
             nodes

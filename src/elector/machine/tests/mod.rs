@@ -1,0 +1,288 @@
+//! Table tests of the machine's decisions: no process, no socket, no real time. Each feeds
+//! events at chosen instants and checks the commands and the next wake.
+
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::time::Instant;
+
+use super::follower::FAST_RETRIES;
+use super::*;
+
+mod leader;
+use crate::config::Prefer;
+use crate::elector::{Preference, Standing, StepDown, StepDownReason, Timing};
+use crate::redlock::candidates::{Candidate, Rank};
+use crate::redlock::{Acquire, Lease, Observed, QuorumWait};
+
+const MS: Duration = Duration::from_millis(1);
+const TTL: Duration = Duration::from_secs(10);
+const GRACE: Duration = Duration::from_millis(75);
+
+/// One machine, its clock, its nodes and a seeded random source.
+struct Bench {
+    m: Machine,
+    now: Instant,
+    nodes: Nodes,
+    stalled: bool,
+    rng: StdRng,
+}
+
+fn preference(prefer: Prefer) -> Preference {
+    Preference {
+        prefer,
+        priority: 0,
+        settle: Duration::from_secs(5),
+        grace: GRACE,
+        name_successor: true,
+    }
+}
+
+fn nodes() -> Nodes {
+    Nodes {
+        wait: QuorumWait::default(),
+        counts_at: None,
+        successor_ready: true,
+        notices_live: true,
+        watch_period: Duration::from_secs(1),
+    }
+}
+
+fn candidate(id: &str, created: i64, ready_for: Option<Duration>) -> Candidate {
+    Candidate {
+        identity: id.into(),
+        rank: Rank {
+            priority: 0,
+            revision: format!("rev-{created}"),
+            created,
+        },
+        ready_for,
+        pending: false,
+    }
+}
+
+impl Bench {
+    fn new(prefer: Prefer) -> Bench {
+        let now = Instant::now();
+        let standing = Standing {
+            revision: "rev-100".into(),
+            created: 100,
+            ready: true,
+            known: true,
+        };
+        let timing = Timing::new(TTL, Duration::from_secs(3), Duration::from_secs(1));
+        let m = Machine::new("me".into(), timing, preference(prefer), standing, 2, now);
+        Bench {
+            m,
+            now,
+            nodes: nodes(),
+            stalled: false,
+            rng: StdRng::seed_from_u64(7),
+        }
+    }
+
+    /// Feed `event` now; the commands it gave.
+    fn feed(&mut self, event: Event) -> Vec<Command> {
+        let mut cx = Cx {
+            now: self.now,
+            nodes: self.nodes.clone(),
+            stalled: self.stalled,
+            rng: &mut self.rng,
+        };
+        self.m.handle(&mut cx, event);
+        std::iter::from_fn(|| self.m.poll_command()).collect()
+    }
+
+    /// Move the clock to `at` and deliver the timer.
+    fn at(&mut self, at: Instant) -> Vec<Command> {
+        self.now = self.now.max(at);
+        self.feed(Event::Timer)
+    }
+
+    /// Advance to the machine's next wake and deliver the timer.
+    fn fire(&mut self) -> Vec<Command> {
+        let at = self.m.poll_timeout().expect("a timer is set");
+        self.at(at)
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    /// Win the first attempt: the machine leads with a lease valid for the ttl.
+    fn lead(&mut self) -> Lease {
+        assert!(matches!(
+            self.fire()[..],
+            [Command::Attempt { named: false, .. }]
+        ));
+        let lease = Lease {
+            value: "me#1".into(),
+            token: 7,
+            deadline: self.now + TTL,
+        };
+        let out = self.feed(Event::Attempted {
+            outcome: Acquire::Acquired(lease.clone()),
+            candidates: Some(vec![]),
+        });
+        assert!(
+            out.iter()
+                .any(|c| matches!(c, Command::Publish { term: Some(t), .. } if t.token == 7))
+        );
+        assert!(self.m.leading());
+        lease
+    }
+
+    /// A follower that saw `holder` hold the lease.
+    fn follow(&mut self, holder: &str) {
+        assert!(matches!(self.fire()[..], [Command::Attempt { .. }]));
+        self.feed(Event::Attempted {
+            outcome: Acquire::Contended(Observed {
+                holder: Some(holder.into()),
+                free_in: Some(TTL),
+            }),
+            candidates: Some(vec![]),
+        });
+    }
+}
+
+fn attempts(out: &[Command]) -> Vec<bool> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Attempt { named, .. } => Some(*named),
+            _ => None,
+        })
+        .collect()
+}
+
+fn release(out: &[Command]) -> Option<Option<String>> {
+    out.iter().find_map(|c| match c {
+        Command::Release { successor, .. } => Some(successor.clone()),
+        _ => None,
+    })
+}
+
+fn ended(out: &[Command]) -> Option<StepDownReason> {
+    out.iter().find_map(|c| match c {
+        Command::PublishEnd(e) => Some(e.reason),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_notice_naming_someone_else_waits_the_grace_and_one_naming_nobody_a_jitter() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let start = b.now;
+    let out = b.feed(Event::Notice {
+        successor: Some("other".into()),
+        copies: 1,
+    });
+    assert!(attempts(&out).is_empty(), "{out:?}");
+    // The holder is no longer shown.
+    assert!(out.contains(&Command::Publish {
+        term: None,
+        leader: None
+    }));
+    assert_eq!(b.m.poll_timeout(), Some(start + GRACE));
+    b.at(start + GRACE - MS);
+    assert_eq!(attempts(&b.at(start + GRACE)), [false]);
+
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let start = b.now;
+    b.feed(Event::Notice {
+        successor: None,
+        copies: 1,
+    });
+    let wake = b.m.poll_timeout().unwrap();
+    assert!(wake < start + 2 * MS, "{:?}", wake - start);
+    assert_eq!(attempts(&b.fire()), [false]);
+}
+
+#[test]
+fn a_named_successor_attempts_at_a_quorum_of_copies_or_after_the_grace() {
+    // Copies arrive: at the quorum-th (2 of 3), at once and on the release proof.
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let named = || Event::Notice {
+        successor: Some("me".into()),
+        copies: 1,
+    };
+    assert!(attempts(&b.feed(named())).is_empty());
+    assert!(b.m.awaiting_copies());
+    b.advance(MS);
+    assert_eq!(attempts(&b.feed(Event::Copies(2))), [true]);
+
+    // The quorum of copies already there with the first wake: no wait at all.
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let out = b.feed(Event::Notice {
+        successor: Some("me".into()),
+        copies: 2,
+    });
+    assert_eq!(attempts(&out), [true]);
+
+    // A node down: the copies never reach a quorum; the grace ends the wait, still named.
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let start = b.now;
+    b.feed(named());
+    assert_eq!(b.m.poll_timeout(), Some(start + GRACE));
+    assert_eq!(attempts(&b.fire()), [true]);
+}
+
+#[test]
+fn a_follower_watches_while_someone_holds_the_lease_and_split_votes_retry_fast() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    assert!(matches!(b.fire()[..], [Command::Watch { .. }]));
+    // Still held: watch again within a watch period (0.75..0.95 of it).
+    let before = b.now;
+    b.feed(Event::Watched {
+        held: Some(Observed {
+            holder: Some("old".into()),
+            free_in: Some(TTL),
+        }),
+        candidates: Some(vec![]),
+    });
+    let next = b.m.poll_timeout().unwrap() - before;
+    assert!(next >= Duration::from_millis(750) && next < Duration::from_millis(950));
+    b.fire();
+    // Free: attempt at once.
+    let out = b.feed(Event::Watched {
+        held: None,
+        candidates: None,
+    });
+    assert_eq!(attempts(&out), [false]);
+    // A split vote: three fast retries (1..15 ms), then the retry period.
+    for _ in 0..FAST_RETRIES {
+        let at = b.now;
+        b.feed(Event::Attempted {
+            outcome: Acquire::NoQuorum(Observed::default()),
+            candidates: Some(vec![]),
+        });
+        assert!(b.m.poll_timeout().unwrap() - at < 15 * MS);
+        assert_eq!(attempts(&b.fire()), [false]);
+    }
+    let at = b.now;
+    b.feed(Event::Attempted {
+        outcome: Acquire::NoQuorum(Observed::default()),
+        candidates: Some(vec![]),
+    });
+    assert!(b.m.poll_timeout().unwrap() - at >= Duration::from_millis(750));
+}
+
+#[test]
+fn a_step_down_request_to_a_follower_is_answered_at_once() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    let out = b.feed(Event::StepDown(4));
+    assert_eq!(
+        out,
+        [Command::Answer {
+            request: 4,
+            answer: StepDown::NotLeader
+        }]
+    );
+}
