@@ -238,6 +238,17 @@ mod tests {
         (elector, handles)
     }
 
+    /// Start sidecar `identity` on the world: its handles, its stop, its task.
+    fn start(
+        world: &Arc<Mutex<World>>,
+        identity: &str,
+    ) -> (Handles, CancellationToken, tokio::task::JoinHandle<()>) {
+        let (elector, handles) = sidecar(world, identity);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(elector.run(stop.clone()));
+        (handles, stop, task)
+    }
+
     async fn until_leader(h: &Handles) -> u64 {
         let mut rx = h.leadership.clone();
         let l = rx.wait_for(|l| l.term.is_some()).await.unwrap();
@@ -250,13 +261,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_election_a_handover_and_a_step_down_run_in_memory() {
         let world = World::shared();
-        let (a, ha) = sidecar(&world, "a");
-        let stop_a = CancellationToken::new();
-        let task_a = tokio::spawn(a.run(stop_a.clone()));
+        let (ha, stop_a, task_a) = start(&world, "a");
         assert_eq!(until_leader(&ha).await, 1);
-        let (b, hb) = sidecar(&world, "b");
-        let stop_b = CancellationToken::new();
-        let task_b = tokio::spawn(b.run(stop_b.clone()));
+        let (hb, stop_b, task_b) = start(&world, "b");
         // b follows and shows a as the holder; its record (ready) is written.
         hb.leadership
             .clone()
@@ -296,9 +303,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failing_renewals_end_the_term_at_the_deadline() {
         let world = World::shared();
-        let (a, ha) = sidecar(&world, "a");
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(a.run(stop.clone()));
+        let (ha, stop, task) = start(&world, "a");
         until_leader(&ha).await;
         let deadline = ha.leadership.borrow().term.unwrap().deadline;
         world.lock().unwrap().fail_renewals = true;

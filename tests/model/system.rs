@@ -629,17 +629,18 @@ impl System {
     fn feed_with(&self, s: &mut State, k: usize, event: Event, to: Option<u8>, start: bool) {
         let now_us = self.clock(s, k);
         let before = s.sidecars[k].elector.term().map(|t| t.token);
+        let nodes = Nodes {
+            wait: QuorumWait::default(),
+            counts_at: None,
+            successor_ready: true,
+            notices_live: false,
+            watch_period: Duration::from_micros(1),
+        };
         let mut events = VecDeque::from([event]);
         while let Some(event) = events.pop_front() {
             let mut cx = Cx {
                 now: instant(now_us),
-                nodes: Nodes {
-                    wait: QuorumWait::default(),
-                    counts_at: None,
-                    successor_ready: true,
-                    notices_live: false,
-                    watch_period: Duration::from_micros(1),
-                },
+                nodes: nodes.clone(),
                 stalled: false,
                 rng: &mut Low,
             };

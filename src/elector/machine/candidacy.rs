@@ -77,9 +77,7 @@ impl Machine {
                 }
             }
         };
-        if self.candidacy.as_ref() != Some(&view) {
-            self.candidacy = Some(view.clone());
-            self.push(Command::Candidacy(view));
-        }
+        // The driver publishes it only if it changed.
+        self.push(Command::Candidacy(view));
     }
 }

@@ -38,7 +38,7 @@ pub use self::io::{Command, Count, Cx, Event, Nodes, Record};
 use crate::elector::settings::{Preference, Standing, Timing};
 use crate::elector::step_down::StepDown;
 use crate::leadership::StepDownReason;
-use crate::leadership::{CandidacyView, Term};
+use crate::leadership::Term;
 use crate::redlock::Lease;
 use crate::redlock::candidates::Candidate;
 use crate::redlock::node::Wait;
@@ -153,8 +153,6 @@ pub struct Machine {
     leader: Option<String>,
     /// The candidates as last read.
     last_candidates: Vec<Candidate>,
-    /// What `/leader` shows about candidates, as last given.
-    candidacy: Option<CandidacyView>,
     /// What the log last said about whether a quorum counts this sidecar's votes.
     said_wait: Option<Option<Wait>>,
     /// Shutdown arrived while a round was in flight.
@@ -191,7 +189,6 @@ impl Machine {
             term: None,
             leader: None,
             last_candidates: Vec::new(),
-            candidacy: None,
             said_wait: None,
             stopping: false,
             commands: VecDeque::new(),

@@ -42,13 +42,7 @@ fn a_graceful_step_down_names_the_best_ready_candidate_from_a_fresh_read() {
 fn a_successor_read_that_misses_a_quorum_names_from_the_last_read() {
     let mut b = Bench::new(Prefer::Newest);
     b.lead();
-    b.advance(Duration::from_secs(3));
-    let out = b.fire();
-    assert!(matches!(out[..], [Command::Renew { .. }]), "{out:?}");
-    b.feed(Event::Renewed {
-        deadline: Some(b.now + TTL),
-        candidates: Some(vec![candidate("seen", 50, Some(MS))]),
-    });
+    b.renew(vec![candidate("seen", 50, Some(MS))]);
     b.feed(Event::Shutdown);
     let out = b.feed(Event::Candidates(None));
     assert_eq!(release(&out), Some(Some("seen".into())));
@@ -61,15 +55,8 @@ fn a_successor_read_that_misses_a_quorum_names_from_the_last_read() {
 fn prefer_settle_hands_over_only_once_the_better_candidate_has_been_ready_long_enough() {
     let mut b = Bench::new(Prefer::Newest);
     b.lead();
-    let renew = |b: &mut Bench, ready_for: Duration| {
-        b.advance(Duration::from_secs(3));
-        let out = b.fire();
-        assert!(matches!(out[..], [Command::Renew { .. }]), "{out:?}");
-        b.feed(Event::Renewed {
-            deadline: Some(b.now + TTL),
-            candidates: Some(vec![candidate("new", 200, Some(ready_for))]),
-        })
-    };
+    let renew =
+        |b: &mut Bench, ready_for: Duration| b.renew(vec![candidate("new", 200, Some(ready_for))]);
     let out = renew(&mut b, Duration::from_secs(2));
     assert!(ended(&out).is_none(), "{out:#?}");
     assert!(
@@ -95,12 +82,7 @@ fn prefer_settle_hands_over_only_once_the_better_candidate_has_been_ready_long_e
     let mut same = candidate("same-rev", 200, Some(Duration::from_secs(60)));
     same.rank.revision = "rev-100".into();
     for c in [candidate("older", 50, Some(Duration::from_secs(60))), same] {
-        b.advance(Duration::from_secs(3));
-        b.fire();
-        let out = b.feed(Event::Renewed {
-            deadline: Some(b.now + TTL),
-            candidates: Some(vec![c]),
-        });
+        let out = b.renew(vec![c]);
         assert!(ended(&out).is_none(), "{out:?}");
     }
 }

@@ -133,6 +133,18 @@ impl Bench {
         lease
     }
 
+    /// A leader's next renewal goes out a period later and comes back with a new deadline and
+    /// these candidates; the commands that answer gave.
+    fn renew(&mut self, candidates: Vec<Candidate>) -> Vec<Command> {
+        self.advance(Duration::from_secs(3));
+        let out = self.fire();
+        assert!(matches!(out[..], [Command::Renew { .. }]), "{out:?}");
+        self.feed(Event::Renewed {
+            deadline: Some(self.now + TTL),
+            candidates: Some(candidates),
+        })
+    }
+
     /// A follower that saw `holder` hold the lease.
     fn follow(&mut self, holder: &str) {
         assert!(matches!(self.fire()[..], [Command::Attempt { .. }]));
