@@ -45,14 +45,20 @@ setsid nice -n 19 bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true; s
 IMAGE_BUILD=$!
 trap 'kill -- -"$CP_BUILD" -"$IMAGE_BUILD" 2>/dev/null || true' EXIT
 
+# Every test runs on the release build, the one that ships: the model check and the benchmark
+# need it anyway, and one build of the dependency tree (with the dev-dependencies' features)
+# instead of two, debug and release, saves a fresh machine about a quarter of an hour
+# (docs/development.md). `cargo test` without --release works as well, for the dev loop.
 echo "== the previous release's binary (tests/suite/mixed_versions.rs; built from git once, cached in target/previous-*)"
-cargo test --locked --test suite -- --exact mixed_versions::previous_release_builds_from_git
+cargo test --locked --release --test suite -- --exact mixed_versions::previous_release_builds_from_git
 
-echo "== cargo test (unit + integration; real redis-server processes, real binary, real signals)"
-cargo test --locked --all-targets -- --test-threads="${TEST_THREADS:-2}" --skip cp_
+echo "== cargo test --release (unit + integration; real redis-server processes, real binary, real signals)"
+cargo test --locked --release --lib --bins --test suite --benches -- --test-threads="${TEST_THREADS:-2}" --skip cp_
+cargo test --locked --release -p testkit --lib
 
-# The model check (tests/model.rs, docs/model.md): unoptimized it is about five times slower, so
-# the debug run above lists its checks as ignored and they run here, optimized (about a minute).
+# The model check (tests/model.rs, docs/model.md) runs on its own, one check at a time (a few
+# minutes; unoptimized it would be about five times slower, so a debug build lists its checks as
+# ignored).
 echo "== cargo test --release --test model (stateright model check: four hazards off and on, S1, S2)"
 cargo test --locked --release --test model -- --test-threads=1
 
@@ -93,7 +99,7 @@ fi
 echo "-- control-plane binaries ready after $((SECONDS - t0)) s more: $(tail -n 1 "$CP_BUILD_LOG")"
 trap - EXIT
 echo "== cargo test: the real control plane (tests/suite/control_plane*.rs; one control plane at a time)"
-cargo test --locked --test suite -- --test-threads=1 cp_
+cargo test --locked --release --test suite -- --test-threads=1 cp_
 
 if [ "${1:-}" = "--rust" ]; then exit 0; fi
 echo "== scripts/check-packaging.sh"

@@ -172,23 +172,38 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
         "the Cargo.toml of {commit} has another shape than testkit/src/previous.rs expects (a \
          workspace of the package and testkit, an inferred bin, no profiles): adapt it"
     );
-    // The package: no bin, its `src/main.rs` as the example; no longer a workspace root.
-    let text = text
+    // The package: no bin, its `src/main.rs` as the example; no longer a workspace root. Its
+    // dev-dependencies become this tree's dependencies and dev-dependencies, so the example's
+    // build resolves every crate with exactly the features (and, with this tree's lock file,
+    // the versions) of this tree's `cargo test`, and reuses its compiled dependencies: a
+    // dev-dependency added since (jsonschema turns on features of serde_json, which k8s-openapi
+    // and kube sit on) would otherwise recompile most of the tree. The old code compiled is the
+    // commit's own; it only links against the same crate builds.
+    let current = read(&crate::repo().join("Cargo.toml"));
+    let dev = merged_dependencies(
+        section_body(&current, "[dependencies]"),
+        section_body(&current, "[dev-dependencies]"),
+    );
+    let text = replace_section(&text, "[dev-dependencies]", &dev)
         .replacen("[package]\n", "[package]\nautobins = false\n", 1)
         .replacen(WORKSPACE, "", 1)
         + "\n# Added by testkit/src/previous.rs: the binary, built as an example.\n\
            [[example]]\nname = \"redlock-elector\"\npath = \"src/main.rs\"\n";
     write(&manifest, &text);
-    // The workspace around it: the same members, lock file and resolver (edition 2024's
-    // default, which a virtual manifest must name).
+    // The workspace around it: the same members and resolver (edition 2024's default, which a
+    // virtual manifest must name), this tree's lock file and profiles (a different profile
+    // would recompile every dependency).
     write(
         &partial.join("Cargo.toml"),
-        "# Added by testkit/src/previous.rs: the previous release as a member `previous/`, so its\n\
-         # artifacts do not collide with this tree's in a shared target directory.\n\
-         [workspace]\nmembers = [\"previous\", \"previous/testkit\"]\nresolver = \"3\"\n",
+        &format!(
+            "# Added by testkit/src/previous.rs: the previous release as a member `previous/`, so its\n\
+             # artifacts do not collide with this tree's in a shared target directory.\n\
+             [workspace]\nmembers = [\"previous\", \"previous/testkit\"]\nresolver = \"3\"\n{}",
+            profiles(&current)
+        ),
     );
-    std::fs::rename(tree.join("Cargo.lock"), partial.join("Cargo.lock"))
-        .unwrap_or_else(|e| panic!("cannot move the Cargo.lock of {commit}: {e}"));
+    std::fs::copy(crate::repo().join("Cargo.lock"), partial.join("Cargo.lock"))
+        .unwrap_or_else(|e| panic!("cannot copy this tree's Cargo.lock for {commit}: {e}"));
     // Another process may have finished first: its tree is the same commit.
     if std::fs::rename(&partial, &workspace).is_err() {
         let _ = std::fs::remove_dir_all(&partial);
@@ -199,6 +214,63 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
         );
     }
     workspace
+}
+
+/// The lines of the TOML section `header` (a line of its own) up to the next section header;
+/// empty when there is no such section.
+fn section_body<'a>(manifest: &'a str, header: &str) -> &'a str {
+    let Some(start) = manifest
+        .find(&format!("\n{header}\n"))
+        .map(|i| i + header.len() + 2)
+    else {
+        return "";
+    };
+    let rest = &manifest[start..];
+    let end = rest.find("\n[").map_or(rest.len(), |i| i + 1);
+    &rest[..end]
+}
+
+/// `manifest` with the section `header` (header and body) replaced by `with`, or `with`
+/// appended when there is none.
+fn replace_section(manifest: &str, header: &str, with: &str) -> String {
+    let body = section_body(manifest, header);
+    match manifest.find(&format!("\n{header}\n")) {
+        Some(i) => {
+            let end = i + 1 + header.len() + 1 + body.len();
+            format!("{}{with}{}", &manifest[..=i], &manifest[end..])
+        }
+        None => format!("{manifest}\n{with}"),
+    }
+}
+
+/// A `[dev-dependencies]` section of the entries of `normal` and `dev` (one `name = ...` line
+/// each, as this tree's manifest writes them); where both name a crate, `dev`'s entry (a
+/// superset of the features) is the one kept, as TOML allows a key once per table.
+fn merged_dependencies(normal: &str, dev: &str) -> String {
+    let key = |line: &str| {
+        line.split_once('=')
+            .map(|(k, _)| k.trim().to_string())
+            .filter(|k| !k.starts_with('#') && !k.is_empty())
+    };
+    let in_dev: Vec<String> = dev.lines().filter_map(key).collect();
+    let kept: Vec<&str> = normal
+        .lines()
+        .filter(|l| key(l).is_none_or(|k| !in_dev.contains(&k)))
+        .collect();
+    format!("[dev-dependencies]\n{}\n{dev}", kept.join("\n"))
+}
+
+/// Every `[profile...]` section of `manifest`, headers included.
+fn profiles(manifest: &str) -> String {
+    let mut out = String::new();
+    for (i, _) in manifest.match_indices("\n[profile") {
+        let header_end = manifest[i + 1..]
+            .find('\n')
+            .map_or(manifest.len(), |e| i + 1 + e);
+        let header = &manifest[i + 1..header_end];
+        out.push_str(&format!("\n{header}\n{}", section_body(manifest, header)));
+    }
+    out
 }
 
 /// `cargo build [--release] --locked -p redlock-elector --example redlock-elector` in
@@ -266,4 +338,48 @@ fn set_by_cargo(name: &std::ffi::OsStr) -> bool {
             "OUT_DIR",
         ]
         .contains(&name.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANIFEST: &str = "[package]\nname = \"x\"\n\n[dependencies]\ntokio = { version = \"1\", features = [\"full\"] }\n# a comment = here\nserde = \"1\"\n\n[profile.dev]\ndebug = \"line-tables-only\"\n\n[dev-dependencies]\ntokio = { version = \"1\", features = [\"full\", \"test-util\"] }\nregex = \"1\"\n\n[[bench]]\nname = \"b\"\n";
+
+    #[test]
+    fn sections_are_found_up_to_the_next_header() {
+        assert_eq!(
+            section_body(MANIFEST, "[dependencies]"),
+            "tokio = { version = \"1\", features = [\"full\"] }\n# a comment = here\nserde = \"1\"\n\n"
+        );
+        assert_eq!(section_body(MANIFEST, "[workspace]"), "");
+        assert_eq!(
+            profiles(MANIFEST),
+            "\n[profile.dev]\ndebug = \"line-tables-only\"\n\n"
+        );
+    }
+
+    #[test]
+    fn merged_dev_dependencies_name_each_crate_once_with_the_dev_entry() {
+        let merged = merged_dependencies(
+            section_body(MANIFEST, "[dependencies]"),
+            section_body(MANIFEST, "[dev-dependencies]"),
+        );
+        assert_eq!(merged.matches("tokio =").count(), 1, "{merged}");
+        assert!(merged.contains("\"test-util\""), "{merged}");
+        assert!(
+            merged.contains("serde = \"1\"") && merged.contains("regex = \"1\""),
+            "{merged}"
+        );
+        let replaced = replace_section(MANIFEST, "[dev-dependencies]", &merged);
+        assert!(
+            replaced.contains("[[bench]]") && replaced.contains("[profile.dev]"),
+            "{replaced}"
+        );
+        assert_eq!(
+            replaced.matches("[dev-dependencies]").count(),
+            1,
+            "{replaced}"
+        );
+    }
 }
