@@ -90,7 +90,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         standing,
         metrics.clone(),
     );
-    start_nodes(&tasks, &redlock, &handles, &stop);
+    let attestations = !config.unsafe_switches.no_attestations;
+    start_nodes(&tasks, &redlock, &handles, attestations, &stop);
     tasks.spawn(elector::watchdog(
         handles.health.clone(),
         metrics.clone(),
@@ -197,17 +198,23 @@ fn start_pod_poller(
     rx
 }
 
-/// Per node: keep the connection up, and subscribe to the release notices.
+/// Per node: keep the connection up, give and take attestations of its clock watch, and
+/// subscribe to the release notices and attestation messages.
 fn start_nodes(
     tasks: &TaskTracker,
     redlock: &Redlock,
     handles: &Handles,
+    attestations: bool,
     stop: &CancellationToken,
 ) {
     for node in redlock.nodes() {
         tasks.spawn(node.clone().maintain(stop.clone()));
+        if attestations {
+            tasks.spawn(node.clone().attest(redlock.attest_keys(), stop.clone()));
+        }
         tasks.spawn(node.clone().subscribe(
             redlock.channel().to_string(),
+            redlock.attest_keys().channel,
             handles.notices.clone(),
             stop.clone(),
         ));

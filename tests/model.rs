@@ -27,12 +27,16 @@
 //! and `node::classify_at` (restart quarantine; `classify` is that function on `Instant`),
 //! `node::counts_from_at` (whether a yes counts; `Node::counts_from` calls it),
 //! `clock::Policy::new`, `clock::Watch::observe` / `counts_from` (jump detection, quarantine,
-//! observe-before-counting), and `Leadership::with` / `Leadership::at` (the answer).
+//! observe-before-counting), `clock::Watch::may_vouch` / `attest` (attestations: whether a
+//! sidecar may vouch for another's fresh watch at a reading, and whether a vouch counts for the
+//! watch it names), and `Leadership::with` / `Leadership::at` (the answer).
 //!
 //! ## What the model approximates
 //! - **The scripts' node-side effects are mirrored**, not run (`System::run_script`): Lua
 //!   cannot run here. ACQUIRE (`SET NX PX` + set-if-greater epoch, probe mode), RENEW (PEXPIRE
-//!   ours / heal a missing key / set-if-greater epoch), RELEASE (token-checked delete).
+//!   ours / heal a missing key / set-if-greater epoch), RELEASE (token-checked delete), and
+//!   ATTEST (`System::attestations`: request, pending + vouch in one step, check; each a clock
+//!   reading, taken instantly; requests kept until the node restarts).
 //! - **The elector is the binary's own** ([`redlock_elector::elector::machine::Machine`], the
 //!   sans-IO state machine the driver runs in production): each sidecar holds one, the model
 //!   hands it round results, notices, step-down requests and timer wakes at the sidecar's
@@ -240,6 +244,18 @@ fn fresh_successor_hazard(defences: Defences) -> System {
     sys.fresh = vec![false, true];
     sys.connect_at = vec![0, 2];
     sys.handovers = true;
+    sys.jump_units = 12;
+    sys.max_rounds = 2;
+    sys
+}
+
+/// The attestation hazard's system (issue 25): A leads from unit 0; B is a fresh process that
+/// starts at unit 1 and asks for attestations; two forward jumps of 12 units (more than a ttl).
+fn vouch_hazard(defences: Defences, jumps: u8) -> System {
+    let mut sys = System::new(1, faults(jumps, |f| f.jump_forward = true), defences);
+    sys.fresh = vec![false, true];
+    sys.connect_at = vec![0, 1];
+    sys.attestations = true;
     sys.jump_units = 12;
     sys.max_rounds = 2;
     sys
@@ -491,6 +507,122 @@ fn finding_a_long_gap_between_readings_hides_a_jump() {
     let trace = check("long gap hides a jump, rewatch off", sys, true)
         .expect("the long-gap hazard is not found with rewatching off");
     assert!(trace.contains("is_leader: true"));
+}
+
+model_test! {
+    /// (6) Attestations (issue 25). A leads; the wall clocks of two nodes jump forward by more than
+    /// a ttl, so A's keys there vanish while A still leads. B starts after the jumps: its own watch
+    /// cannot see them, and it asks for vouches. A's next reading of those nodes reveals the jumps
+    /// (quarantine). Without the attestation check A vouches anyway; B counts the two stepped nodes
+    /// at once and wins them beside A. With the check, A vouches only where the node counts for it
+    /// at the reading that returned B's request, which is the third node alone: B cannot win.
+    fn fresh_follower_needs_the_attestation_check() {
+        let sys = vouch_hazard(all_but(|d| d.attestation = false), 2);
+        let trace = check_with("fresh follower, attestation check off", sys, true, true)
+            .expect("no violation found with the attestation check off");
+        assert!(trace.contains("is_leader: true"));
+        assert!(trace.contains("vouches"), "the violation should go through a vouch:\n{trace}");
+    }
+}
+
+model_test! {
+    /// The attestation hazard's bound with one jump, every defence on: no violation (the two-jump
+    /// bound is checked on its trace, `fresh_follower_vouch_hazard_replayed`).
+    fn fresh_follower_attestation_check_on() {
+        if let Some(trace) = check("fresh follower, attestation check on", vouch_hazard(Defences::ALL, 1), false) {
+            panic!("violation with every defence on:\n{trace}");
+        }
+    }
+}
+
+model_test! {
+    /// The attestations' purpose: a fresh follower counts every node within a unit of its start,
+    /// long before its own watch of 12 units ends, when a sidecar that counts the nodes vouches
+    /// for it. Without attestations it cannot.
+    fn fresh_follower_counts_at_once_when_vouched() {
+        let quiet = vouch_hazard(Defences::ALL, 0);
+        let steps = system::reachable(&quiet, |s| s.now == 1 && quiet.counting(s, 1) == 3)
+            .expect("a fresh B never counts the nodes within a unit, though A vouches");
+        eprintln!("[model] fresh follower: B counts all three nodes after {steps} steps, at unit 1");
+        let alone = System {
+            attestations: false,
+            ..quiet.clone()
+        };
+        assert_eq!(
+            system::reachable(&alone, |s| alone.counting(s, 1) > 0),
+            None,
+            "without attestations a fresh B counts no node within the bound"
+        );
+    }
+}
+
+/// The attestation hazard's trace, replayed step by step: with the check off the fresh follower
+/// ends up leading beside A; with it on, the same steps leave B counting one node, a follower.
+#[test]
+fn fresh_follower_vouch_hazard_replayed() {
+    use system::Action::*;
+    let run = |check: bool| {
+        let sys = vouch_hazard(all_but(|d| d.attestation = check), 2);
+        let mut steps = vec![StartAcquire(0)];
+        steps.extend((0..3).map(|node| Apply { sidecar: 0, node }));
+        steps.extend((0..2).map(|node| Deliver { sidecar: 0, node }));
+        steps.push(Jump {
+            node: 0,
+            forward: true,
+        });
+        steps.push(Jump {
+            node: 1,
+            forward: true,
+        });
+        steps.push(Tick);
+        for node in 0..3 {
+            steps.push(Request { sidecar: 1, node });
+            steps.push(Vouch { sidecar: 0, node });
+            steps.push(Check { sidecar: 1, node });
+        }
+        steps.push(StartAcquire(1));
+        steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
+        steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
+        let mut s = sys.init_states().remove(0);
+        let mut path = vec![];
+        for a in steps {
+            let mut allowed = vec![];
+            sys.actions(&s, &mut allowed);
+            if !allowed.contains(&a) {
+                // A vouch refused leaves nothing to check; a round decided early, nothing to
+                // apply or read.
+                if matches!(
+                    a,
+                    Apply { .. } | Deliver { .. } | Check { .. } | Vouch { .. }
+                ) {
+                    continue;
+                }
+                panic!("{a:?} not allowed:\n{}", sys.describe(&s));
+            }
+            let n = sys.next_state(&s, a).expect("an allowed action");
+            path.push((s.clone(), Some(a)));
+            s = n;
+        }
+        path.push((s.clone(), None));
+        (sys.leaders(&s), sys.counting(&s, 1), sys.render(&path))
+    };
+    let (leaders, _, trace) = run(false);
+    assert_eq!(
+        leaders,
+        vec![0, 1],
+        "check off: the trace should end with two leaders:\n{trace}"
+    );
+    eprintln!("[model] fresh follower, attestation check off, replayed:\n{trace}");
+    let (leaders, counting, trace) = run(true);
+    assert_eq!(
+        leaders,
+        vec![0],
+        "check on: only A leads at the end:\n{trace}"
+    );
+    assert_eq!(
+        counting, 1,
+        "check on: B counts the one node A vouched for:\n{trace}"
+    );
 }
 
 /// Every defence on, every fault allowed (up to `MODEL_FAULTS`, default 1), both sidecars free

@@ -69,6 +69,18 @@ pub struct UnsafeSwitches {
     /// proof, so a fresh sidecar skips its clock watch on nodes nobody vouched for.
     #[arg(long = "unsafe-disable-release-proof-check", hide = true)]
     pub release_proof_check_off: bool,
+    /// `--unsafe-disable-attestation-check`: this sidecar vouches for other sidecars' fresh
+    /// watches of a node even where it does not count the node itself (a jump it just saw, its
+    /// own watch not over), so a fresh sidecar may count a node whose clock stepped before it
+    /// arrived.
+    #[arg(long = "unsafe-disable-attestation-check", hide = true)]
+    pub attestation_check_off: bool,
+    /// `--no-attestations`: this sidecar neither asks for nor gives attestations of its clock
+    /// watches, so a fresh one waits the whole window (ttl + margin) unless a release proof
+    /// serves. Not a safety mechanism (fewer votes count early, never more); here so tests and
+    /// the benchmark can take the release-proof path alone and compare.
+    #[arg(long = "no-attestations", hide = true)]
+    pub no_attestations: bool,
 }
 
 impl UnsafeSwitches {
@@ -81,8 +93,14 @@ impl UnsafeSwitches {
         if self.no_named_successor {
             w.push("--no-named-successor: releases name no successor; followers race (benchmark comparison only)");
         }
+        if self.no_attestations {
+            w.push("--no-attestations: no attestations of the clock watch are asked for or given; a fresh sidecar waits ttl + margin (tests and benchmark comparison only)");
+        }
         if self.release_proof_check_off {
             w.push("--unsafe-disable-release-proof-check: a named successor counts nodes that gave no release proof; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.attestation_check_off {
+            w.push("--unsafe-disable-attestation-check: this sidecar vouches for nodes it does not count; mutual exclusion is NOT guaranteed (tests only)");
         }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");

@@ -186,6 +186,7 @@ impl<R: Rounds> Elector<R> {
                 Ok(()) = self.standing.changed() => {
                     Event::Standing(self.standing.borrow_and_update().clone())
                 }
+                _ = self.rounds.counting_changed() => Event::Counting,
                 _ = sleep_until_some(timer) => Event::Timer,
             };
             self.feed(event, &mut rng);

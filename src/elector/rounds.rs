@@ -35,6 +35,11 @@ pub trait Rounds: Send + Sync + 'static {
     fn withdraw(&self) -> impl Future<Output = ()> + Send;
     /// What the nodes say at `now`.
     fn nodes(&self, now: Instant) -> Nodes;
+    /// Resolves when a node began to count sooner than [`Rounds::nodes`] last said (an
+    /// attestation of this sidecar's clock watch); never, where nothing can change that.
+    fn counting_changed(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// The real rounds: this sidecar's identity on the [`Redlock`].
@@ -79,6 +84,10 @@ impl Rounds for Live {
 
     async fn withdraw(&self) {
         self.redlock.withdraw(&self.identity).await
+    }
+
+    fn counting_changed(&self) -> impl Future<Output = ()> + Send {
+        self.redlock.counting_changed()
     }
 
     fn nodes(&self, now: Instant) -> Nodes {

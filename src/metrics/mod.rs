@@ -40,6 +40,9 @@ pub struct EndpointLabels {
     pub command_error_kinds: Vec<&'static str>,
 }
 
+/// `kind` of `redis_attestations_total`.
+pub const ATTESTATION_KINDS: [&str; 2] = ["given", "taken"];
+
 /// All metrics of the process. The fields stay public for the call sites that still count
 /// directly; new code uses the methods.
 #[derive(Clone)]
@@ -88,6 +91,9 @@ pub struct Metrics {
     redis_eligible: IntGaugeVec,
     /// Wall-clock jumps detected on the endpoint, by direction: forward | backward.
     redis_clock_jumps: IntCounterVec,
+    /// Attestations of the endpoint's clock watch, by kind: given (this sidecar vouched for
+    /// others' fresh watches) | taken (a vouch let this sidecar's watch count early).
+    redis_attestations: IntCounterVec,
     /// Per-endpoint command latency.
     redis_command_duration: HistogramVec,
     /// Per-endpoint command failures by kind: timeout | error | not_connected.
@@ -134,6 +140,7 @@ impl Metrics {
             redis_up: b.gauge_vec(Process, "redlock_elector_redis_up", "1 while a verified connection to the endpoint is up", &["endpoint"])?,
             redis_quarantined: b.gauge_vec(Process, "redlock_elector_redis_quarantined", "1 while the endpoint does not count toward a quorum (recent restart, clock jump, replica, evicting maxmemory-policy)", &["endpoint"])?,
             redis_eligible: b.gauge_vec(Process, "redlock_elector_redis_eligible", "1 while this sidecar counts the endpoint's vote toward a quorum (connected, not quarantined, clock watched for ttl + margin)", &["endpoint"])?,
+            redis_attestations: b.counter_vec(Process, "redlock_elector_redis_attestations_total", "Attestations of the endpoint's clock watch: given (this sidecar, counting the endpoint, vouched for other sidecars' fresh watches) or taken (another sidecar's vouch let this one count the endpoint without waiting for the window)", &["endpoint", "kind"])?,
             redis_clock_jumps: b.counter_vec(Process, "redlock_elector_redis_clock_jumps_total", "Wall-clock jumps detected on the endpoint (its TIME moved more or less than the monotonic clock allows)", &["endpoint", "direction"])?,
             redis_command_duration: b.histogram_vec("redlock_elector_redis_command_duration_seconds", "Redis command latency per endpoint", &["endpoint", "command"])?,
             redis_command_errors: b.counter_vec(Process, "redlock_elector_redis_command_errors_total", "Redis command failures per endpoint", &["endpoint", "command", "kind"])?,
@@ -244,6 +251,9 @@ impl Metrics {
             self.redis_clock_jumps
                 .with_label_values(&[endpoint, direction]);
         }
+        for kind in ATTESTATION_KINDS {
+            self.redis_attestations.with_label_values(&[endpoint, kind]);
+        }
         for reason in &known.connect_reasons {
             self.redis_connect_errors
                 .with_label_values(&[endpoint, reason]);
@@ -283,6 +293,13 @@ impl Metrics {
     pub fn clock_jump(&self, endpoint: &str, direction: &str) {
         self.redis_clock_jumps
             .with_label_values(&[endpoint, direction])
+            .inc();
+    }
+
+    /// An attestation of `endpoint`'s clock watch, of `kind` (one of [`ATTESTATION_KINDS`]).
+    pub fn attestation(&self, endpoint: &str, kind: &str) {
+        self.redis_attestations
+            .with_label_values(&[endpoint, kind])
             .inc();
     }
 

@@ -9,7 +9,11 @@
 //!   quarantined for `window` (ttl + margin) from the detection, so any key that vanished early
 //!   would have expired by then anyway;
 //! - **observe before counting**: a node counts only once this sidecar has watched its clock
-//!   (same `run_id`) for `window`, so a jump just before the sidecar arrived cannot fool it.
+//!   (same `run_id`) for `window`, so a jump just before the sidecar arrived cannot fool it;
+//! - **attestations** shorten that wait: another sidecar that counts the node at a reading
+//!   taken after this watch began vouches for it ([`Watch::may_vouch`], [`Watch::attest`]).
+//!   Its watch covers every step before its reading, this one every step after the start of
+//!   this watch, and the start came first: no step falls between the two.
 //!
 //! Times are plain microseconds: node time since the Unix epoch, local time on this process's
 //! monotonic clock from any origin. That keeps the functions usable by a model checker.
@@ -74,6 +78,10 @@ pub struct Policy {
     /// node confirming the previous holder's release proof ([`Watch::prove`]). Always true in
     /// the binary except under `--unsafe-disable-release-proof-check`.
     pub proof_check: bool,
+    /// Test-only switch: when false, a sidecar vouches for another's watch of a node whether or
+    /// not it counts the node itself at the reading ([`Watch::may_vouch`]). Always true in the
+    /// binary except under `--unsafe-disable-attestation-check`.
+    pub attestation_check: bool,
 }
 
 /// Fixed tolerance added to every allowance: 1 ms (the resolution Redis keys expire at).
@@ -91,6 +99,7 @@ impl Policy {
             enabled,
             rewatch_after_gap: true,
             proof_check: true,
+            attestation_check: true,
         }
     }
 }
@@ -183,6 +192,14 @@ pub struct Watch {
     /// the current watch counts without waiting for the window. Cleared whenever the watch
     /// begins again (new server, long gap).
     proved_us: Option<i64>,
+    /// Which watch of this sidecar the current one is: counts every beginning (first reading of
+    /// a server, a long gap). An attestation request names it, so a vouch for an earlier watch
+    /// is never taken for this one ([`Watch::attest`]).
+    epoch: u32,
+    /// Local µs of a reading that found another sidecar's vouch for this watch
+    /// ([`Watch::attest`]): from then on it counts, as after a release proof. Cleared whenever
+    /// the watch begins again.
+    vouched_us: Option<i64>,
 }
 
 impl Watch {
@@ -196,8 +213,7 @@ impl Watch {
         self.last = Some(r);
         let Some(prev) = prev else {
             self.run_id = Some(run_id.to_string());
-            self.since_us = Some(r.received_us);
-            self.proved_us = None;
+            self.begin(r.received_us);
             return Seen::First;
         };
         if !p.enabled {
@@ -208,8 +224,7 @@ impl Watch {
         let gap_us = r.received_us - prev.sent_us;
         let resumed = p.rewatch_after_gap && gap_us > p.window_us;
         if resumed {
-            self.since_us = Some(r.received_us);
-            self.proved_us = None;
+            self.begin(r.received_us);
         }
         match check(&prev, &r, p) {
             None if resumed => Seen::Resumed { gap_us },
@@ -225,18 +240,71 @@ impl Watch {
         }
     }
 
+    /// A watch begins at local `received_us`: what the previous one earned goes.
+    fn begin(&mut self, received_us: i64) {
+        self.since_us = Some(received_us);
+        self.proved_us = None;
+        self.vouched_us = None;
+        self.epoch = self.epoch.wrapping_add(1);
+    }
+
     /// From when (local µs) a vote of this node counts as far as its clock goes: once watched
-    /// for the window (or since a release proof, [`Watch::prove`]) and out of any jump
-    /// quarantine. `None` before the first reading.
+    /// for the window (or since a release proof, [`Watch::prove`], or an attestation,
+    /// [`Watch::attest`]) and out of any jump quarantine. `None` before the first reading.
     pub fn counts_from(&self, p: &Policy) -> Option<i64> {
         if !p.enabled {
             return Some(i64::MIN);
         }
         let mut watched = self.since_us? + p.window_us;
-        if let Some(proved) = self.proved_us {
-            watched = watched.min(proved);
+        for early in [self.proved_us, self.vouched_us].into_iter().flatten() {
+            watched = watched.min(early);
         }
         Some(watched.max(self.quarantined_until_us.unwrap_or(i64::MIN)))
+    }
+
+    /// The current watch, for an attestation request: the server it watches and its epoch.
+    /// `None` before the first reading.
+    pub fn epoch(&self) -> Option<(&str, u32)> {
+        self.since_us?;
+        Some((self.run_id.as_deref()?, self.epoch))
+    }
+
+    /// Whether this sidecar may vouch for the watches of others whose attestation requests the
+    /// reply read at local `received_us` from server `run_id` returned: that reply has been
+    /// observed (no jump since the previous reading, or the quarantine says so), it is of the
+    /// server this watch follows, and the node counts for this sidecar at that reading. Then no
+    /// step of the node's clock before that reading can still matter, and every request it
+    /// returned was written before it. Under the test-only switch, any reading of the same
+    /// server vouches.
+    pub fn may_vouch(&self, run_id: &str, received_us: i64, p: &Policy) -> bool {
+        if self.run_id.as_deref() != Some(run_id) || self.since_us.is_none() {
+            return false;
+        }
+        !p.attestation_check || self.counts_at(received_us, p)
+    }
+
+    /// A reply read at local `received_us` from server `run_id` found another sidecar's vouch
+    /// for this sidecar's watch `epoch` (its attestation request, written at a reading of that
+    /// watch, was among those the voucher's counting reading returned, [`Watch::may_vouch`]).
+    /// The voucher's watch covers every step of the node's clock before its reading; this
+    /// watch, unbroken since before the request, every step after. So the node counts from this
+    /// reading on, until the watch begins again. Returns whether the vouch was taken: not for
+    /// another server or an earlier watch (a long gap or a restart since the request), nor
+    /// while a jump quarantine runs.
+    pub fn attest(&mut self, run_id: &str, epoch: u32, received_us: i64) -> bool {
+        let same = self.run_id.as_deref() == Some(run_id)
+            && self.epoch == epoch
+            && self.since_us.is_some_and(|since| since <= received_us);
+        if !same || self.quarantined_at(received_us) {
+            return false;
+        }
+        self.vouched_us = Some(self.vouched_us.map_or(received_us, |v| v.min(received_us)));
+        true
+    }
+
+    /// Whether the current watch counts early thanks to an attestation.
+    pub fn vouched(&self) -> bool {
+        self.vouched_us.is_some()
     }
 
     /// From when a vote of this node would count if it came with a release proof: the watch

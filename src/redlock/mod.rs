@@ -91,12 +91,15 @@ pub struct Redlock {
     /// The holder value the last watch saw on a quorum ([`Redlock::watch`]): the watch reads
     /// the epoch only when the holder changed.
     watched_holder: std::sync::Mutex<String>,
+    /// Notified when a node begins to count sooner than its clock watch said (an attestation).
+    counting: Arc<tokio::sync::Notify>,
 }
 
 impl Redlock {
     /// Build the node set from config (no I/O).
     pub fn new(config: &Config, metrics: Metrics) -> Result<Self, redis::RedisError> {
         let tasks = tokio_util::task::TaskTracker::new();
+        let counting = Arc::new(tokio::sync::Notify::new());
         let mut nodes = Vec::new();
         for ep in &config.redis.endpoints {
             nodes.push(Node::new(
@@ -109,14 +112,18 @@ impl Redlock {
                 },
                 clock::Policy {
                     proof_check: !config.unsafe_switches.release_proof_check_off,
+                    attestation_check: !config.unsafe_switches.attestation_check_off,
                     ..clock::Policy::new(
                         config.lease.ttl,
                         config.lease.drift_factor,
                         !config.unsafe_switches.clock_check_off,
                     )
                 },
-                metrics.clone(),
-                tasks.clone(),
+                node::Shared {
+                    metrics: metrics.clone(),
+                    tasks: tasks.clone(),
+                    counting: counting.clone(),
+                },
             )?);
         }
         let key = format!("{}{}", config.lease.key_prefix, config.lease.name);
@@ -136,6 +143,7 @@ impl Redlock {
             tasks,
             term_log: std::sync::Mutex::new(proof::TermLog::default()),
             watched_holder: std::sync::Mutex::new(String::new()),
+            counting,
         })
     }
 
@@ -161,6 +169,25 @@ impl Redlock {
     /// The release-notice channel.
     pub fn channel(&self) -> &str {
         &self.channel
+    }
+
+    /// The attestation hash and channel ([`node::AttestKeys`]); requests live for the clock
+    /// window, after which a watch counts anyway.
+    pub fn attest_keys(&self) -> node::AttestKeys {
+        let name = format!("{}:attest", self.key);
+        node::AttestKeys {
+            hash: name.clone(),
+            channel: name,
+            life: self
+                .nodes
+                .first()
+                .map_or(self.ttl + self.drift, |n| n.clock_window()),
+        }
+    }
+
+    /// Resolves when a node began to count sooner than [`Redlock::quorum_counts_at`] said.
+    pub async fn counting_changed(&self) {
+        self.counting.notified().await
     }
 
     /// The lock key.

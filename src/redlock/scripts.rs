@@ -258,6 +258,71 @@ return out
 "#
 );
 
+/// Attestations of the clock watch ([`super::node`]'s `attest`). KEYS: the attestation hash
+/// (`<key>:attest`). ARGV[1] is the mode:
+/// - `request`, ARGV: request name (`<instance>-<epoch>`), lifetime ms, channel. Writes the
+///   request as pending (`p|<expiry µs>`, node time) unless it is there already, keeps the hash
+///   alive for a lifetime, publishes `request`. Returns `{now}`.
+/// - `check`, ARGV: request name. Returns `{now, state}`: `v` vouched, `p` pending, `''` none.
+/// - `pending`: drops expired requests; returns `{now, name1, name2, ...}` of the pending ones.
+/// - `vouch`, ARGV: channel, names... Each named request that is still pending becomes vouched
+///   (`v|<expiry>`), and `vouched` is published if any did. The caller names only requests
+///   its own `pending` reading returned, and vouches only if the node counted for it at that
+///   reading; so every vouched request was written before a reading at which a sidecar
+///   counted the node. Returns `{now, vouched}`.
+///
+/// Commands: `TIME`, `HGET`, `HSET`, `PTTL`, `PEXPIRE`, `PUBLISH`, `HGETALL`, `HDEL`.
+pub const ATTEST: &str = concat!(
+    now_us!(),
+    r#"local mode = ARGV[1]
+if mode == 'request' then
+  local life = tonumber(ARGV[3])
+  if not redis.call('HGET', KEYS[1], ARGV[2]) then
+    redis.call('HSET', KEYS[1], ARGV[2], string.format('p|%.0f', now + life * 1000))
+  end
+  if redis.call('PTTL', KEYS[1]) < life then
+    redis.call('PEXPIRE', KEYS[1], life)
+  end
+  redis.call('PUBLISH', ARGV[4], 'request')
+  return {now}
+end
+if mode == 'check' then
+  local v = redis.call('HGET', KEYS[1], ARGV[2]) or ''
+  return {now, string.sub(v, 1, 1)}
+end
+if mode == 'pending' then
+  local all = redis.call('HGETALL', KEYS[1])
+  local out = {now}
+  for i = 1, #all, 2 do
+    local state, e = string.match(all[i + 1], '^(%a)|(%d+)$')
+    if e and tonumber(e) > now then
+      if state == 'p' then
+        out[#out + 1] = all[i]
+      end
+    else
+      redis.call('HDEL', KEYS[1], all[i])
+    end
+  end
+  return out
+end
+if mode == 'vouch' then
+  local n = 0
+  for i = 3, #ARGV do
+    local v = redis.call('HGET', KEYS[1], ARGV[i])
+    if v and string.sub(v, 1, 2) == 'p|' then
+      redis.call('HSET', KEYS[1], ARGV[i], 'v' .. string.sub(v, 2))
+      n = n + 1
+    end
+  end
+  if n > 0 then
+    redis.call('PUBLISH', ARGV[2], 'vouched')
+  end
+  return {now, n}
+end
+return redis.error_reply('attest: unknown mode')
+"#
+);
+
 /// The scripts by role.
 pub struct Scripts {
     /// [`ACQUIRE`].
@@ -270,17 +335,20 @@ pub struct Scripts {
     pub candidates: Script,
     /// [`WATCH`].
     pub watch: Script,
+    /// [`ATTEST`].
+    pub attest: Script,
 }
 
 impl Scripts {
     /// Every script, for loading.
-    pub fn all(&self) -> [&Script; 5] {
+    pub fn all(&self) -> [&Script; 6] {
         [
             &self.acquire,
             &self.renew,
             &self.release,
             &self.candidates,
             &self.watch,
+            &self.attest,
         ]
     }
 }
@@ -291,6 +359,7 @@ static ALL: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: Script::new("release", RELEASE),
     candidates: Script::new("candidates", CANDIDATES),
     watch: Script::new("watch", WATCH),
+    attest: Script::new("attest", ATTEST),
 });
 
 /// The scripts, hashed once.

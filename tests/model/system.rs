@@ -86,6 +86,10 @@ pub struct Defences {
     /// consumed the releaser's proof (`Policy.proof_check`); off: it counts every grant of its
     /// attempt after the notice.
     pub release_proof: bool,
+    /// A sidecar vouches for another's fresh watch of a node only if the node counts for it at
+    /// the reading that returned the request (`Policy.attestation_check`, `Watch::may_vouch`);
+    /// off: at any reading of the same server.
+    pub attestation: bool,
 }
 
 impl Defences {
@@ -97,6 +101,7 @@ impl Defences {
         drift_term: true,
         rewatch: false,
         release_proof: true,
+        attestation: true,
     };
 }
 
@@ -151,6 +156,9 @@ pub struct System {
     /// clock reading, no round (a process that starts later, e.g. a rollout's new pod). Its
     /// first readings are the handshakes of the first tick at or after it.
     pub connect_at: Vec<u8>,
+    /// Whether sidecars ask for and give attestations of their clock watches
+    /// (`src/redlock/node/attest.rs`): request, vouch and check, each one step.
+    pub attestations: bool,
 }
 
 /// The value a sidecar stores in the key: (sidecar, nonce), the nonce new for every round.
@@ -174,6 +182,10 @@ pub struct Redis {
     /// The reservation a graceful release wrote: (successor, with the proof, expiry on this
     /// node's wall clock µs).
     pub reserved: Option<(u8, bool, i64)>,
+    /// The attestation hash (`ATTEST`): (sidecar, its watch's epoch, vouched), sorted. Entries
+    /// live until the node restarts (the binary's expire after a window; keeping them longer
+    /// only gives the adversary more).
+    pub attest: Vec<(u8, u32, bool)>,
 }
 
 /// A command on the wire, as the scripts in `src/redlock/scripts.rs` receive it.
@@ -387,6 +399,25 @@ pub enum Action {
     },
     /// A resumed leader's deadline timer fires.
     StepDown(u8),
+    /// `ATTEST request`: a sidecar whose watch of the node does not count yet asks for a vouch
+    /// (a clock reading, like every script reply).
+    Request {
+        sidecar: u8,
+        node: u8,
+    },
+    /// `ATTEST pending` then `vouch`: a sidecar reads the node's pending requests (a reading)
+    /// and, if the node counts for it at that reading, vouches for all of them. One step: the
+    /// binary's vouch comes later, so the requester learns of it later, never sooner.
+    Vouch {
+        sidecar: u8,
+        node: u8,
+    },
+    /// `ATTEST check`: a sidecar reads that its current watch was vouched for (a reading) and
+    /// takes the vouch (`Watch::attest`).
+    Check {
+        sidecar: u8,
+        node: u8,
+    },
 }
 
 /// The model's randomness: always the low end of a range. Jitter is far below the model's unit
@@ -458,6 +489,7 @@ impl System {
             fresh: vec![false; 2],
             handovers: false,
             connect_at: vec![0; 2],
+            attestations: false,
         }
     }
 
@@ -465,6 +497,7 @@ impl System {
         Policy {
             rewatch_after_gap: self.defences.rewatch,
             proof_check: self.defences.release_proof,
+            attestation_check: self.defences.attestation,
             ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check)
         }
     }
@@ -556,6 +589,74 @@ impl System {
         self.observe(s, k, i, now_us);
     }
 
+    /// The watch sidecar `k` would ask a vouch for on node `i` (`Node::attestation_wanted`): its
+    /// clock watch of the node does not count yet and no jump quarantine runs.
+    fn wanted(&self, s: &State, k: usize, i: usize) -> Option<u32> {
+        let l = &s.sidecars[k].links[i];
+        let now_us = self.clock(s, k);
+        let p = self.policy();
+        if !p.enabled || !l.conn || l.watch.counts_at(now_us, &p) || l.watch.quarantined_at(now_us)
+        {
+            return None;
+        }
+        l.watch.epoch().map(|(_, e)| e)
+    }
+
+    /// Whether sidecar `k` would read node `i`'s pending requests now (`Node::vouch`'s first
+    /// check): someone else's request is pending there and, with the check on, the node counts.
+    fn may_read_pending(&self, s: &State, k: usize, i: usize) -> bool {
+        let l = &s.sidecars[k].links[i];
+        l.conn
+            && s.redis[i]
+                .attest
+                .iter()
+                .any(|&(j, _, v)| !v && j as usize != k)
+            && (!self.defences.attestation || self.counts(l, self.clock(s, k)))
+    }
+
+    /// `Node::attest`'s request: written at a reading of the watch it names.
+    fn request(&self, s: &mut State, k: usize, i: usize) {
+        let Some(epoch) = self.wanted(s, k, i) else {
+            return;
+        };
+        let entry = (k as u8, epoch, false);
+        let a = &mut s.redis[i].attest;
+        if !a.iter().any(|&(j, e, _)| (j, e) == (entry.0, entry.1)) {
+            a.push(entry);
+            a.sort();
+        }
+        let now_us = self.clock(s, k);
+        self.observe(s, k, i, now_us);
+    }
+
+    /// `Node::vouch`: the pending reading (observed first), then the binary's decision.
+    fn vouch(&self, s: &mut State, k: usize, i: usize) {
+        let now_us = self.clock(s, k);
+        self.observe(s, k, i, now_us);
+        let run = run_id(s.redis[i].run);
+        let l = &s.sidecars[k].links[i];
+        let counts = !self.defences.attestation || self.counts(l, now_us);
+        if l.watch.may_vouch(&run, now_us, &self.policy()) && counts {
+            for entry in s.redis[i].attest.iter_mut().filter(|e| e.0 as usize != k) {
+                entry.2 = true;
+            }
+        }
+    }
+
+    /// `Node::check_vouch`: the check reading (observed first), then `Watch::attest`.
+    fn check_vouch(&self, s: &mut State, k: usize, i: usize) {
+        let Some(epoch) = self.wanted(s, k, i) else {
+            return;
+        };
+        let now_us = self.clock(s, k);
+        self.observe(s, k, i, now_us);
+        let vouched = s.redis[i].attest.contains(&(k as u8, epoch, true));
+        let run = run_id(s.redis[i].run);
+        if vouched {
+            s.sidecars[k].links[i].watch.attest(&run, epoch, now_us);
+        }
+    }
+
     fn believes(&self, s: &State, k: usize) -> bool {
         let c = &s.sidecars[k];
         let Some(term) = c.elector.term() else {
@@ -569,6 +670,16 @@ impl System {
         }
         let published = Leadership::default().with(Some(term), Some(name(k).to_string()));
         published.at(instant(self.clock(s, k))).term.is_some()
+    }
+
+    /// How many nodes count sidecar `k`'s votes at its clock now.
+    pub fn counting(&self, s: &State, k: usize) -> usize {
+        let now_us = self.clock(s, k);
+        s.sidecars[k]
+            .links
+            .iter()
+            .filter(|l| self.counts(l, now_us))
+            .count()
     }
 
     /// Sidecars answering `is_leader: true` right now.
@@ -1295,6 +1406,7 @@ impl Model for System {
                             started_us: WALL0_US - 100 * UNIT_US,
                             offset_us: 0,
                             reserved: None,
+                            attest: Vec::new(),
                         })
                         .collect(),
                     sidecars: rates
@@ -1396,6 +1508,19 @@ impl Model for System {
                 }
                 if !l.orphans.is_empty() {
                     actions.push(Action::ApplyOrphan { sidecar, node });
+                }
+                if self.attestations && !c.paused && self.running(s, k) {
+                    if let Some(epoch) = self.wanted(s, k, i) {
+                        let entry = s.redis[i].attest.iter().find(|e| (e.0, e.1) == (k8, epoch));
+                        match entry {
+                            None => actions.push(Action::Request { sidecar, node }),
+                            Some(&(_, _, true)) => actions.push(Action::Check { sidecar, node }),
+                            Some(_) => {}
+                        }
+                    }
+                    if self.may_read_pending(s, k, i) {
+                        actions.push(Action::Vouch { sidecar, node });
+                    }
                 }
                 if !l.replies.is_empty() {
                     if !c.paused {
@@ -1502,6 +1627,7 @@ impl Model for System {
                 r.epoch = 0;
                 r.run += 1;
                 r.started_us = wall;
+                r.attest.clear();
                 for c in &mut s.sidecars {
                     let l = &mut c.links[i];
                     l.conn = false;
@@ -1567,6 +1693,13 @@ impl Model for System {
                 // `POST /leader/step-down`: the elector reads the candidates (the model shows
                 // `to` ready) and releases naming it.
                 self.feed(&mut s, from as usize, Event::StepDown(0), Some(to));
+            }
+            Action::Request { sidecar, node } => {
+                self.request(&mut s, sidecar as usize, node as usize)
+            }
+            Action::Vouch { sidecar, node } => self.vouch(&mut s, sidecar as usize, node as usize),
+            Action::Check { sidecar, node } => {
+                self.check_vouch(&mut s, sidecar as usize, node as usize)
             }
         }
         for k in 0..self.sidecars {
@@ -1684,6 +1817,14 @@ impl System {
                     if proof { " with proof" } else { "" }
                 );
             }
+            for &(k, e, v) in &r.attest {
+                let _ = write!(
+                    out,
+                    ", {}'s watch {e} {}",
+                    name(k as usize),
+                    if v { "vouched for" } else { "asks a vouch" }
+                );
+            }
             let _ = writeln!(out, ", epoch {}", r.epoch);
         }
         out
@@ -1746,6 +1887,18 @@ impl System {
                 "{} hands over gracefully: steps down, releases naming {}",
                 n(from),
                 n(to)
+            ),
+            Action::Request { sidecar, node } => format!(
+                "{} asks node {node} for a vouch of its fresh watch (a reading)",
+                n(sidecar)
+            ),
+            Action::Vouch { sidecar, node } => format!(
+                "{} reads node {node}'s pending requests (a reading) and vouches if the node counts for it",
+                n(sidecar)
+            ),
+            Action::Check { sidecar, node } => format!(
+                "{} reads node {node}'s vouch for its watch (a reading) and takes it",
+                n(sidecar)
             ),
         }
     }

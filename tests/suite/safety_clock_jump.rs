@@ -177,13 +177,22 @@ fn minority_jump_keeps_the_leader() {
 
 /// A leader alone; a majority steps forward; a fresh sidecar starts right after. Its first
 /// reading of each node comes after the step, so it cannot see it: only observing the nodes for
-/// ttl + margin before counting them keeps it from leading beside the leader. Returns the
-/// checker's report, when the fresh sidecar first counted a quorum (with the check) or led
-/// (without), and the logs.
-fn fresh_sidecar_scenario(fresh_detection: bool) -> (Report, Duration, String) {
+/// ttl + margin before counting them keeps it from leading beside the leader, and the leader,
+/// whose readings reveal the step, vouches for its watch only on the node that did not step.
+/// `leader_extra` are the leader's extra flags (the attestation switch). Returns the checker's
+/// report, when the fresh sidecar first counted a quorum (with the check) or led (without),
+/// and the logs.
+fn fresh_sidecar_scenario(
+    fresh_detection: bool,
+    leader_extra: &[&str],
+) -> (Report, Duration, String) {
     let nodes = nodes();
     let refs: Vec<&Redis> = nodes.iter().collect();
-    let leader = Sidecar::start("a", &refs, &opts(true));
+    let mut leader_opts = opts(true);
+    leader_opts
+        .extra
+        .extend(leader_extra.iter().map(|f| f.to_string()));
+    let leader = Sidecar::start("a", &refs, &leader_opts);
     settled_leader(&[&leader]);
     let checker = Checker::start(&[leader.api_port, 0]);
     just_after_renewal(&nodes[0]);
@@ -195,9 +204,10 @@ fn fresh_sidecar_scenario(fresh_detection: bool) -> (Report, Duration, String) {
     // With the check, the fresh sidecar counts the nodes (`eligible`) once it has watched them
     // for ttl + margin; by then the old leader's quarantine of the stepped nodes ends too, and
     // either may win the next term. Without it, it leads at once beside the old leader.
+    let safe = fresh_detection && leader_extra.is_empty();
     let counted = wait_for(TTL * 5, Duration::from_millis(2), || {
         let v = fresh.leader();
-        (v.is_leader || (fresh_detection && v.eligible)).then(|| started.elapsed())
+        (v.is_leader || (safe && v.eligible)).then(|| started.elapsed())
     });
     std::thread::sleep(Duration::from_millis(1500));
     let (r, logs) = outcome(checker, &[&leader, &fresh]);
@@ -208,7 +218,7 @@ fn fresh_sidecar_scenario(fresh_detection: bool) -> (Report, Duration, String) {
 
 #[test]
 fn jump_while_a_fresh_sidecar_starts() {
-    let (safe, first_term, logs) = fresh_sidecar_scenario(true);
+    let (safe, first_term, logs) = fresh_sidecar_scenario(true, &[]);
     report(
         "fresh sidecar counts a quorum after start (watching ttl + margin)",
         format!("{first_term:?}"),
@@ -222,10 +232,34 @@ fn jump_while_a_fresh_sidecar_starts() {
         first_term >= TTL,
         "the fresh sidecar counted nodes it had watched for less than ttl: {first_term:?}"
     );
-    let (r, _, logs) = fresh_sidecar_scenario(false);
+    // The leader's readings revealed the step on two nodes: it vouched for the third only.
+    assert!(
+        logs.contains("vouched for this sidecar's watch"),
+        "the leader should still vouch on the node that did not step:\n{logs}"
+    );
+    let (r, _, logs) = fresh_sidecar_scenario(false, &[]);
     assert!(
         !r.overlaps.is_empty(),
         "a fresh sidecar without the check should lead beside the leader, and the checker should see it:\n{}{logs}",
+        describe(&r)
+    );
+}
+
+/// Attestations (issue 25): the same step, and the leader asked for vouches by the fresh
+/// sidecar. With the check (`jump_while_a_fresh_sidecar_starts`) it vouches only on the node
+/// that did not step, so the fresh sidecar still waits for its own watch. Under `--unsafe-disable-attestation-check`
+/// the leader vouches for the stepped nodes too, though its own readings just revealed the step:
+/// the fresh sidecar counts them at once and leads beside it.
+#[test]
+fn a_vouch_across_a_jump_needs_the_attestation_check() {
+    let (r, led, logs) = fresh_sidecar_scenario(true, &["--unsafe-disable-attestation-check"]);
+    report(
+        "fresh sidecar led after a vouch across a jump (attestation check off)",
+        format!("{led:?}"),
+    );
+    assert!(
+        !r.overlaps.is_empty(),
+        "with the leader vouching across the step, the fresh sidecar should lead beside it, and the checker should see it:\n{}{logs}",
         describe(&r)
     );
 }

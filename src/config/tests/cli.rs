@@ -167,6 +167,8 @@ fn hidden_test_only_switches() {
         clock_check_off: false,
         no_named_successor: true,
         release_proof_check_off: false,
+        attestation_check_off: false,
+        no_attestations: false,
     };
     assert_eq!(c.unsafe_switches, want);
     let mut e = env();

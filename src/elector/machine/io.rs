@@ -97,6 +97,9 @@ pub enum Event {
     Stall,
     /// The own standing (rank, readiness) changed.
     Standing(Standing),
+    /// A node began to count this sidecar's votes sooner than the nodes said (an attestation
+    /// of its clock watch): an idle follower whose votes now count on a quorum acts at once.
+    Counting,
     /// Shut down: a leader steps down and releases; then the own record is withdrawn.
     Shutdown,
 }

@@ -278,6 +278,7 @@ impl Machine {
         }
         match event {
             Event::Standing(standing) => self.standing_changed(cx, standing),
+            Event::Counting => self.counting(cx),
             Event::StepDown(request) => self.step_down_requested(request),
             Event::Shutdown => self.shutdown(),
             Event::Stall => self.stalled(),
@@ -322,6 +323,19 @@ impl Machine {
             Phase::AfterNotice { at } if cx.now >= at => self.attempt(cx, false),
             Phase::Leading(t) if cx.now >= t.next_renew => self.renew(cx, t),
             _ => {}
+        }
+    }
+
+    /// A quorum may count this sidecar's votes sooner than its schedule assumed: an idle
+    /// follower whose votes do count on a quorum now attempts (or, knowing the holder, writes
+    /// its record, now ready) at once, instead of at its next scheduled round.
+    fn counting(&mut self, cx: &mut Cx<'_>) {
+        if self.phase == Phase::Idle
+            && cx.nodes.wait.reason.is_none()
+            && cx.now < self.schedule.next_attempt
+        {
+            self.schedule.next_attempt = cx.now;
+            self.woken(cx);
         }
     }
 

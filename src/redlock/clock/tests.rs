@@ -233,6 +233,84 @@ fn observe_before_counting() {
 }
 
 #[test]
+fn a_vouch_for_the_current_watch_counts_from_its_reading() {
+    let p = policy();
+    let mut w = Watch::default();
+    assert_eq!(w.epoch(), None);
+    w.observe("a", reading(0, 100, 0), &p);
+    let (run, epoch) = w.epoch().map(|(r, e)| (r.to_string(), e)).unwrap();
+    assert_eq!(run, "a");
+    w.observe("a", reading(10 * MS, 100, 0), &p);
+    assert!(!w.counts_at(20 * MS, &p), "fresh: the window is not over");
+    // Another server, or another watch, is not this one.
+    assert!(!w.attest("b", epoch, 20 * MS));
+    assert!(!w.attest("a", epoch + 1, 20 * MS));
+    assert!(w.attest("a", epoch, 20 * MS));
+    assert!(w.vouched());
+    assert_eq!(w.counts_from(&p), Some(20 * MS));
+    assert!(w.counts_at(20 * MS, &p) && !w.counts_at(20 * MS - 1, &p));
+}
+
+#[test]
+fn a_new_watch_forgets_the_vouch_and_refuses_one_for_the_old_watch() {
+    let p = policy();
+    let mut w = Watch::default();
+    w.observe("a", reading(0, 100, 0), &p);
+    let old = w.epoch().unwrap().1;
+    assert!(w.attest("a", old, 100));
+    // A long gap: the watch begins again, with a new epoch.
+    assert!(matches!(
+        w.observe("a", reading(5 * S, 100, 0), &p),
+        Seen::Resumed { .. }
+    ));
+    assert!(!w.vouched());
+    assert_ne!(w.epoch().unwrap().1, old);
+    assert!(!w.attest("a", old, 5 * S + 100));
+    assert!(!w.counts_at(5 * S + 200, &p));
+    // A restarted server too.
+    let mut w = Watch::default();
+    w.observe("a", reading(0, 100, 0), &p);
+    let old = w.epoch().unwrap().1;
+    w.observe("b", reading(MS, 100, 0), &p);
+    assert!(!w.attest("b", old, MS + 100));
+}
+
+#[test]
+fn a_jump_quarantine_outranks_a_vouch() {
+    let p = policy();
+    let mut w = Watch::default();
+    w.observe("a", reading(0, 100, 0), &p);
+    let epoch = w.epoch().unwrap().1;
+    let Seen::Jumped { until_us, .. } = w.observe("a", reading(100 * MS, 100, 5 * S), &p) else {
+        panic!("a 5 s step is a jump");
+    };
+    assert!(!w.attest("a", epoch, 100 * MS + 100), "quarantined");
+    assert!(!w.counts_at(until_us - 1, &p));
+}
+
+#[test]
+fn only_a_sidecar_that_counts_the_node_at_the_reading_may_vouch() {
+    let p = policy();
+    let mut w = Watch::default();
+    assert!(!w.may_vouch("a", 0, &p));
+    w.observe("a", reading(0, 100, 0), &p);
+    assert!(!w.may_vouch("a", 100, &p), "still watching");
+    w.observe("a", reading(p.window_us, 100, 0), &p);
+    let at = p.window_us + 100;
+    assert!(w.may_vouch("a", at, &p));
+    assert!(!w.may_vouch("b", at, &p), "another server");
+    // A jump revealed by this very reading: no vouch.
+    w.observe("a", reading(p.window_us + 300 * MS, 100, 3 * S), &p);
+    assert!(!w.may_vouch("a", p.window_us + 300 * MS + 100, &p));
+    // The test-only switch vouches anyway.
+    let off = Policy {
+        attestation_check: false,
+        ..p
+    };
+    assert!(w.may_vouch("a", p.window_us + 300 * MS + 100, &off));
+}
+
+#[test]
 fn a_later_jump_extends_the_quarantine_never_shortens_it() {
     let p = policy();
     let mut w = Watch::default();
@@ -262,7 +340,6 @@ fn the_switch_turns_detection_off() {
 fn without_rewatching_a_long_gap_hides_a_step() {
     let p = Policy {
         rewatch_after_gap: false,
-        proof_check: true,
         ..policy()
     };
     let mut w = Watch::default();

@@ -123,6 +123,11 @@ impl Node {
         Duration::from_micros((self.clock_policy.window_us / 3).max(1) as u64)
     }
 
+    /// The clock window (ttl + margin): how long a fresh watch waits before the node counts.
+    pub fn clock_window(&self) -> Duration {
+        Duration::from_micros(self.clock_policy.window_us.max(1) as u64)
+    }
+
     /// How often INFO is read again: with the clock's period, within
     /// [`INFO_REFRESH_MIN`]..=[`INFO_REFRESH_MAX`].
     fn info_refresh(&self) -> Duration {
@@ -255,6 +260,8 @@ impl Node {
             run_id: info.run_id.into(),
         });
         self.metrics.set_redis_up(&self.endpoint.name, true);
+        // A new connection often means a new watch: ask for a vouch now, not a refresh later.
+        self.attest_wake.notify_one();
         tracing::info!(endpoint = %self.endpoint.name, "redis connection verified");
         Ok(())
     }

@@ -66,6 +66,10 @@ impl Node {
             h.last_reading = h.last_reading.max(Some(sent));
             h.clock.observe(run_id, reading, &self.clock_policy)
         };
+        if matches!(seen, Seen::First | Seen::Resumed { .. }) {
+            // A watch began: the attestation task asks for a vouch of it.
+            self.attest_wake.notify_one();
+        }
         if let Seen::Resumed { gap_us } = seen {
             tracing::debug!(
                 endpoint = %self.endpoint.name,

@@ -12,14 +12,17 @@
 //!
 //! Rooms: the pure INFO rules ([`info`]), the health and quarantine state (`health`), the
 //! connection lifecycle and INFO/clock watcher (`connection`), command calls (`command`) and
-//! the release-notice subscription (`subscription`).
+//! the release-notice and attestation subscription (`subscription`), and attestations of the
+//! clock watch (`attest`).
 
+mod attest;
 mod command;
 mod connection;
 mod health;
 pub mod info;
 mod subscription;
 
+pub use attest::{AttestKeys, RECHECK_EVERY, REQUEST_EVERY};
 pub use command::{CommandError, Reply};
 pub use health::Wait;
 pub use info::{Exclusion, Info, Quarantine, classify, classify_at, counts_from_at, parse_info};
@@ -66,6 +69,16 @@ fn instant_of(us: i64) -> Instant {
     *ORIGIN + Duration::from_micros(us.max(0) as u64)
 }
 
+/// What every node of a lease shares.
+pub struct Shared {
+    /// The process's metrics.
+    pub metrics: Metrics,
+    /// The process's task tracker (the connections' drivers are spawned on it).
+    pub tasks: tokio_util::task::TaskTracker,
+    /// The lease's "a node counts sooner" signal ([`super::Redlock::counting_changed`]).
+    pub counting: Arc<Notify>,
+}
+
 /// One Redis master and its connection.
 pub struct Node {
     /// Where it is; `name` is the metric label.
@@ -84,6 +97,14 @@ pub struct Node {
     broken: Notify,
     /// Whether the release-notice subscription is up (an idle follower relies on it).
     subscribed: AtomicBool,
+    /// This process among the sidecars: names its attestation requests ([`attest`]).
+    instance: u64,
+    /// Wakes the attestation task: a message on the attestation channel.
+    attest_wake: Notify,
+    /// Someone published an attestation request since the task last looked.
+    attest_requests: AtomicBool,
+    /// The lease's "a node counts sooner" signal ([`super::Redlock::counting_changed`]).
+    counting: Arc<Notify>,
     /// Per-command timeout.
     timeout: Duration,
     /// Connect + handshake timeout.
@@ -106,9 +127,13 @@ impl Node {
         ttl: Duration,
         quarantine: Quarantine,
         clock_policy: clock::Policy,
-        metrics: Metrics,
-        tasks: tokio_util::task::TaskTracker,
+        shared: Shared,
     ) -> Result<Arc<Node>, redis::RedisError> {
+        let Shared {
+            metrics,
+            tasks,
+            counting,
+        } = shared;
         LazyLock::force(&ORIGIN);
         let connector = Connector::new(&endpoint, redis, tasks).map_err(|e| {
             let detail = e.to_string();
@@ -128,6 +153,10 @@ impl Node {
             health: Mutex::new(Health::default()),
             broken: Notify::new(),
             subscribed: AtomicBool::new(false),
+            instance: rand::random(),
+            attest_wake: Notify::new(),
+            attest_requests: AtomicBool::new(false),
+            counting,
             timeout: redis.timeout,
             connect_timeout: redis.connect_timeout,
             ttl,

@@ -1,5 +1,6 @@
-//! The release-notice subscription of a node: subscribe to the lease's channel, post every
-//! message to the [`Notices`], and resubscribe with backoff when the session ends.
+//! The subscription of a node: subscribe to the lease's release-notice channel and its
+//! attestation channel, post every notice to the [`Notices`] and hand every attestation message
+//! to the node's attestation task, and resubscribe with backoff when the session ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,18 +62,20 @@ impl Node {
         SessionEnd::Failed(e)
     }
 
-    /// Subscribe to `channel` on this node and post each message to `notices`, reconnecting
-    /// with backoff, until `stop` is cancelled.
+    /// Subscribe to `channel` and `attest_channel` on this node, post each notice to `notices`
+    /// and hand each attestation message to [`Node::attest`], reconnecting with backoff, until
+    /// `stop` is cancelled.
     pub async fn subscribe(
         self: Arc<Self>,
         channel: String,
+        attest_channel: String,
         notices: Arc<Notices>,
         stop: CancellationToken,
     ) {
         let mut backoff = Backoff::new(RESUBSCRIBE_MIN, RESUBSCRIBE_MAX, RESUBSCRIBE_JITTER);
         loop {
             tokio::select! {
-                r = self.session(&channel, &notices) => {
+                r = self.session(&channel, &attest_channel, &notices) => {
                     if let Err(e) = r {
                         tracing::debug!(endpoint = %self.endpoint.name, error = %e, "release-notice subscription ended");
                     }
@@ -87,20 +90,32 @@ impl Node {
     }
 
     /// One subscription: connect, subscribe, and post messages until the connection ends.
-    async fn session(&self, channel: &str, notices: &Notices) -> Result<(), SessionEnd> {
+    async fn session(
+        &self,
+        channel: &str,
+        attest_channel: &str,
+        notices: &Notices,
+    ) -> Result<(), SessionEnd> {
         let mut ps = tokio::time::timeout(self.connect_timeout, self.connector.pubsub())
             .await
             .map_err(|_| ConnectError::new(Reason::Timeout, "connect timed out"))
             .and_then(|r| r)
             .map_err(|e| self.subscription_failed(e))?;
-        ps.subscribe(channel).await.map_err(|e| {
-            self.subscription_failed(ConnectError::from_redis(&e, self.connector.is_tls()))
-        })?;
+        ps.subscribe(&[channel, attest_channel])
+            .await
+            .map_err(|e| {
+                self.subscription_failed(ConnectError::from_redis(&e, self.connector.is_tls()))
+            })?;
         self.subscribe_failures.succeeded();
         let _up = Subscribed::new(&self.subscribed);
         let mut stream = ps.into_on_message();
         while let Some(msg) = stream.next().await {
-            notices.post(&msg.get_payload::<String>().unwrap_or_default());
+            let payload = msg.get_payload::<String>().unwrap_or_default();
+            if msg.get_channel_name() == attest_channel {
+                self.attestation_message(&payload);
+            } else {
+                notices.post(&payload);
+            }
         }
         Err(SessionEnd::Closed)
     }

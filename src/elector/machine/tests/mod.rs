@@ -286,6 +286,43 @@ fn a_follower_watches_while_someone_holds_the_lease_and_split_votes_retry_fast()
 }
 
 #[test]
+fn a_follower_acts_at_once_when_a_quorum_counts_sooner_than_its_watch_said() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    assert!(matches!(b.fire()[..], [Command::Watch { .. }]));
+    // A fresh sidecar: no quorum counts yet, the watch says in 9 s.
+    b.nodes.wait = QuorumWait {
+        reason: Some(crate::redlock::node::Wait::ClockWatch),
+        at: Some(b.now + Duration::from_secs(9)),
+    };
+    b.nodes.counts_at = b.nodes.wait.at;
+    b.feed(Event::Watched {
+        held: Some(Observed {
+            holder: Some("old".into()),
+            free_in: Some(TTL),
+        }),
+        candidates: Some(vec![]),
+    });
+    let scheduled = b.m.poll_timeout().unwrap();
+    assert!(
+        scheduled > b.now + Duration::from_millis(700),
+        "a watch period away"
+    );
+    // A node counts sooner, but a quorum does not yet: nothing to do before the schedule.
+    b.advance(10 * MS);
+    assert!(b.feed(Event::Counting).is_empty());
+    // Vouches made a quorum count: the follower writes its record (now ready) at once.
+    b.nodes.wait = QuorumWait::default();
+    b.nodes.counts_at = None;
+    assert!(matches!(
+        b.feed(Event::Counting)[..],
+        [Command::Watch { .. }]
+    ));
+    // Not idle (a round in flight): the event is ignored, as an early timer is.
+    assert!(b.feed(Event::Counting).is_empty());
+}
+
+#[test]
 fn a_step_down_request_to_a_follower_is_answered_at_once() {
     let mut b = Bench::new(Prefer::None);
     b.follow("old");
