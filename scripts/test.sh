@@ -54,7 +54,6 @@ cargo test --locked --release --test suite -- --exact mixed_versions::previous_r
 
 echo "== cargo test --release (unit + integration; real redis-server processes, real binary, real signals)"
 cargo test --locked --release --lib --bins --test suite --benches -- --test-threads="${TEST_THREADS:-2}" --skip cp_
-cargo test --locked --release -p testkit --lib
 
 # The model check (tests/model.rs, docs/model.md) runs on its own, one check at a time (a few
 # minutes; unoptimized it would be about five times slower, so a debug build lists its checks as

@@ -581,8 +581,11 @@ fn fresh_follower_vouch_hazard_replayed() {
             steps.push(Check { sidecar: 1, node });
         }
         steps.push(StartAcquire(1));
-        steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
-        steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
+        // The acquire round, then the renewal that confirms a token above B's proposal.
+        for _ in 0..2 {
+            steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
+            steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
+        }
         let mut s = sys.init_states().remove(0);
         let mut path = vec![];
         for a in steps {

@@ -218,7 +218,7 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
 
 /// The lines of the TOML section `header` (a line of its own) up to the next section header;
 /// empty when there is no such section.
-fn section_body<'a>(manifest: &'a str, header: &str) -> &'a str {
+pub fn section_body<'a>(manifest: &'a str, header: &str) -> &'a str {
     let Some(start) = manifest
         .find(&format!("\n{header}\n"))
         .map(|i| i + header.len() + 2)
@@ -232,7 +232,7 @@ fn section_body<'a>(manifest: &'a str, header: &str) -> &'a str {
 
 /// `manifest` with the section `header` (header and body) replaced by `with`, or `with`
 /// appended when there is none.
-fn replace_section(manifest: &str, header: &str, with: &str) -> String {
+pub fn replace_section(manifest: &str, header: &str, with: &str) -> String {
     let body = section_body(manifest, header);
     match manifest.find(&format!("\n{header}\n")) {
         Some(i) => {
@@ -246,7 +246,7 @@ fn replace_section(manifest: &str, header: &str, with: &str) -> String {
 /// A `[dev-dependencies]` section of the entries of `normal` and `dev` (one `name = ...` line
 /// each, as this tree's manifest writes them); where both name a crate, `dev`'s entry (a
 /// superset of the features) is the one kept, as TOML allows a key once per table.
-fn merged_dependencies(normal: &str, dev: &str) -> String {
+pub fn merged_dependencies(normal: &str, dev: &str) -> String {
     let key = |line: &str| {
         line.split_once('=')
             .map(|(k, _)| k.trim().to_string())
@@ -261,7 +261,7 @@ fn merged_dependencies(normal: &str, dev: &str) -> String {
 }
 
 /// Every `[profile...]` section of `manifest`, headers included.
-fn profiles(manifest: &str) -> String {
+pub fn profiles(manifest: &str) -> String {
     let mut out = String::new();
     for (i, _) in manifest.match_indices("\n[profile") {
         let header_end = manifest[i + 1..]
@@ -338,48 +338,4 @@ fn set_by_cargo(name: &std::ffi::OsStr) -> bool {
             "OUT_DIR",
         ]
         .contains(&name.as_ref())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MANIFEST: &str = "[package]\nname = \"x\"\n\n[dependencies]\ntokio = { version = \"1\", features = [\"full\"] }\n# a comment = here\nserde = \"1\"\n\n[profile.dev]\ndebug = \"line-tables-only\"\n\n[dev-dependencies]\ntokio = { version = \"1\", features = [\"full\", \"test-util\"] }\nregex = \"1\"\n\n[[bench]]\nname = \"b\"\n";
-
-    #[test]
-    fn sections_are_found_up_to_the_next_header() {
-        assert_eq!(
-            section_body(MANIFEST, "[dependencies]"),
-            "tokio = { version = \"1\", features = [\"full\"] }\n# a comment = here\nserde = \"1\"\n\n"
-        );
-        assert_eq!(section_body(MANIFEST, "[workspace]"), "");
-        assert_eq!(
-            profiles(MANIFEST),
-            "\n[profile.dev]\ndebug = \"line-tables-only\"\n\n"
-        );
-    }
-
-    #[test]
-    fn merged_dev_dependencies_name_each_crate_once_with_the_dev_entry() {
-        let merged = merged_dependencies(
-            section_body(MANIFEST, "[dependencies]"),
-            section_body(MANIFEST, "[dev-dependencies]"),
-        );
-        assert_eq!(merged.matches("tokio =").count(), 1, "{merged}");
-        assert!(merged.contains("\"test-util\""), "{merged}");
-        assert!(
-            merged.contains("serde = \"1\"") && merged.contains("regex = \"1\""),
-            "{merged}"
-        );
-        let replaced = replace_section(MANIFEST, "[dev-dependencies]", &merged);
-        assert!(
-            replaced.contains("[[bench]]") && replaced.contains("[profile.dev]"),
-            "{replaced}"
-        );
-        assert_eq!(
-            replaced.matches("[dev-dependencies]").count(),
-            1,
-            "{replaced}"
-        );
-    }
 }

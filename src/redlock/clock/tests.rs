@@ -295,6 +295,8 @@ fn only_a_sidecar_that_counts_the_node_at_the_reading_may_vouch() {
     assert!(!w.may_vouch("a", 0, &p));
     w.observe("a", reading(0, 100, 0), &p);
     assert!(!w.may_vouch("a", 100, &p), "still watching");
+    // Readings less than a window apart: the watch stays unbroken.
+    w.observe("a", reading(p.window_us / 2, 100, 0), &p);
     w.observe("a", reading(p.window_us, 100, 0), &p);
     let at = p.window_us + 100;
     assert!(w.may_vouch("a", at, &p));
