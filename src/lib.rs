@@ -17,7 +17,8 @@
 //!   ranking ([`redlock::candidates`]), the Lua scripts ([`redlock::scripts`]).
 //!   [`redlock::node`] is one Redis master: `connection.rs` (handshake, reconnects),
 //!   `command.rs` (scripts and their errors), `info.rs` (INFO parsing and classification, pure),
-//!   `health.rs` (quarantine and eligibility), `subscription.rs` (the notice channel).
+//!   `health.rs` (quarantine and eligibility), `subscription.rs` (the notice and attestation
+//!   channels), `attest.rs` (vouches for fresh sidecars' clock watches, given and taken).
 //!   [`redlock::connect`] opens connections (TLS, credentials) and classifies their failures.
 //! - [`elector`] — the follower ⇄ leader state machine and its timers; publishes a `watch` of
 //!   [`leadership::Leadership`]. Every decision is in `machine/`, with no I/O: `follower.rs`

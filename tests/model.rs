@@ -556,6 +556,42 @@ model_test! {
     }
 }
 
+/// Replay `steps` from the first initial state. An action that is not enabled is skipped when
+/// `skippable` says so (a round decided early leaves nothing to apply or read; a refused vouch
+/// leaves nothing to check), and fails the test otherwise. The final state and the trace.
+fn replay(
+    sys: &System,
+    steps: Vec<system::Action>,
+    skippable: impl Fn(&system::Action) -> bool,
+) -> (system::State, String) {
+    let mut s = sys.init_states().remove(0);
+    let mut path = vec![];
+    for a in steps {
+        let mut allowed = vec![];
+        sys.actions(&s, &mut allowed);
+        let next = sys.next_state(&s, a).filter(|_| allowed.contains(&a));
+        match next {
+            Some(n) => {
+                path.push((s.clone(), Some(a)));
+                s = n;
+            }
+            None if skippable(&a) => continue,
+            None => panic!("{a:?} not allowed:\n{}", sys.describe(&s)),
+        }
+    }
+    path.push((s.clone(), None));
+    let trace = sys.render(&path);
+    (s, trace)
+}
+
+/// Forward jumps on nodes 0 and 1.
+fn two_forward_jumps() -> [system::Action; 2] {
+    [0, 1].map(|node| system::Action::Jump {
+        node,
+        forward: true,
+    })
+}
+
 /// The attestation hazard's trace, replayed step by step: with the check off the fresh follower
 /// ends up leading beside A; with it on, the same steps leave B counting one node, a follower.
 #[test]
@@ -566,14 +602,7 @@ fn fresh_follower_vouch_hazard_replayed() {
         let mut steps = vec![StartAcquire(0)];
         steps.extend((0..3).map(|node| Apply { sidecar: 0, node }));
         steps.extend((0..2).map(|node| Deliver { sidecar: 0, node }));
-        steps.push(Jump {
-            node: 0,
-            forward: true,
-        });
-        steps.push(Jump {
-            node: 1,
-            forward: true,
-        });
+        steps.extend(two_forward_jumps());
         steps.push(Tick);
         for node in 0..3 {
             steps.push(Request { sidecar: 1, node });
@@ -586,28 +615,13 @@ fn fresh_follower_vouch_hazard_replayed() {
             steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
             steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
         }
-        let mut s = sys.init_states().remove(0);
-        let mut path = vec![];
-        for a in steps {
-            let mut allowed = vec![];
-            sys.actions(&s, &mut allowed);
-            if !allowed.contains(&a) {
-                // A vouch refused leaves nothing to check; a round decided early, nothing to
-                // apply or read.
-                if matches!(
-                    a,
-                    Apply { .. } | Deliver { .. } | Check { .. } | Vouch { .. }
-                ) {
-                    continue;
-                }
-                panic!("{a:?} not allowed:\n{}", sys.describe(&s));
-            }
-            let n = sys.next_state(&s, a).expect("an allowed action");
-            path.push((s.clone(), Some(a)));
-            s = n;
-        }
-        path.push((s.clone(), None));
-        (sys.leaders(&s), sys.counting(&s, 1), sys.render(&path))
+        let (s, trace) = replay(&sys, steps, |a| {
+            matches!(
+                a,
+                Apply { .. } | Deliver { .. } | Check { .. } | Vouch { .. }
+            )
+        });
+        (sys.leaders(&s), sys.counting(&s, 1), trace)
     };
     let (leaders, _, trace) = run(false);
     assert_eq!(
@@ -679,42 +693,15 @@ fn fresh_successor_hazard_replayed() {
         steps.push(StartAcquire(0));
         steps.extend(apply(0));
         steps.extend(deliver(0, &[0, 1]));
-        steps.push(Jump {
-            node: 0,
-            forward: true,
-        });
-        steps.push(Jump {
-            node: 1,
-            forward: true,
-        });
+        steps.extend(two_forward_jumps());
         steps.push(Tick);
         steps.push(StartAcquire(1));
         steps.extend(apply(1));
         steps.extend(deliver(1, &[0, 1, 2]));
         steps.extend(apply(1));
         steps.extend(deliver(1, &[0, 1, 2]));
-        let mut s = sys.init_states().remove(0);
-        let mut path = vec![];
-        for a in steps {
-            let mut allowed = vec![];
-            sys.actions(&s, &mut allowed);
-            let next = sys.next_state(&s, a);
-            match next {
-                Some(n) if allowed.contains(&a) => {
-                    path.push((s.clone(), Some(a)));
-                    s = n;
-                }
-                _ => {
-                    // An apply or deliver with nothing queued (the round decided early): skip.
-                    if matches!(a, Apply { .. } | Deliver { .. }) {
-                        continue;
-                    }
-                    panic!("{a:?} not allowed:\n{}", sys.describe(&s));
-                }
-            }
-        }
-        path.push((s.clone(), None));
-        (sys.leaders(&s), sys.render(&path))
+        let (s, trace) = replay(&sys, steps, |a| matches!(a, Apply { .. } | Deliver { .. }));
+        (sys.leaders(&s), trace)
     };
     let (leaders, trace) = run(false);
     assert_eq!(

@@ -14,9 +14,32 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+const TTL: Duration = Duration::from_secs(10);
+
+/// Sidecar a on three new nodes, once it leads. The nodes' restart quarantine (ttl + 1 s) and
+/// a's own watch (ttl + margin) run together.
+fn leader_a(refs: &[&Redis], opts: &Opts) -> Sidecar {
+    let a = Sidecar::start("a", refs, opts);
+    a.wait_eligible(TTL * 2);
+    wait_for(TTL, Duration::from_millis(10), || {
+        a.leader().is_leader.then_some(())
+    })
+    .unwrap_or_else(|| panic!("a never led:\n{}", a.logs()));
+    a
+}
+
+/// a's graceful release (SIGTERM), then how long until b leads.
+fn hand_over(a: &mut Sidecar, b: &Sidecar) -> Duration {
+    let released = Instant::now();
+    let _ = a.terminate();
+    wait_for(Duration::from_secs(5), Duration::from_millis(1), || {
+        b.leader().is_leader.then(|| released.elapsed())
+    })
+    .unwrap_or_else(|| panic!("b never led:\n--- a:\n{}--- b:\n{}", a.logs(), b.logs()))
+}
+
 #[test]
 fn graceful_handover_to_a_sidecar_started_a_second_ago() {
-    let ttl = Duration::from_secs(10);
     let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
     let refs: Vec<&Redis> = nodes.iter().collect();
     // The release proof's path alone: with attestations b would count the nodes at once.
@@ -25,13 +48,7 @@ fn graceful_handover_to_a_sidecar_started_a_second_ago() {
         extra: vec!["--no-attestations".into()],
         ..Opts::default()
     };
-    // The nodes' restart quarantine (ttl + 1 s) and a's own watch (ttl + margin) run together.
-    let mut a = Sidecar::start("a", &refs, &opts);
-    a.wait_eligible(ttl * 2);
-    wait_for(ttl, Duration::from_millis(10), || {
-        a.leader().is_leader.then_some(())
-    })
-    .unwrap_or_else(|| panic!("a never led:\n{}", a.logs()));
+    let mut a = leader_a(&refs, &opts);
     let started = Instant::now();
     let b = Sidecar::start("b", &refs, &opts);
     std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
@@ -51,12 +68,7 @@ fn graceful_handover_to_a_sidecar_started_a_second_ago() {
         left > 8_000,
         "b's watch should have about 9 s to run: {view:?}"
     );
-    let released = Instant::now();
-    let _ = a.terminate();
-    let took = wait_for(Duration::from_secs(5), Duration::from_millis(1), || {
-        b.leader().is_leader.then(|| released.elapsed())
-    })
-    .unwrap_or_else(|| panic!("b never led:\n--- a:\n{}--- b:\n{}", a.logs(), b.logs()));
+    let took = hand_over(&mut a, &b);
     report(
         "graceful handover to a sidecar started 1 s before (ttl 10 s)",
         format!("{took:?}"),
@@ -76,22 +88,16 @@ fn graceful_handover_to_a_sidecar_started_a_second_ago() {
 
 #[test]
 fn a_fresh_follower_counts_the_nodes_at_once_on_the_leaders_vouches() {
-    let ttl = Duration::from_secs(10);
     let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
     let refs: Vec<&Redis> = nodes.iter().collect();
     let opts = Opts {
         ttl: "10s",
         ..Opts::default()
     };
-    let mut a = Sidecar::start("a", &refs, &opts);
-    a.wait_eligible(ttl * 2);
-    wait_for(ttl, Duration::from_millis(10), || {
-        a.leader().is_leader.then_some(())
-    })
-    .unwrap_or_else(|| panic!("a never led:\n{}", a.logs()));
+    let mut a = leader_a(&refs, &opts);
     let started = Instant::now();
     let b = Sidecar::start("b", &refs, &opts);
-    let counted = wait_for(ttl, Duration::from_millis(1), || {
+    let counted = wait_for(TTL, Duration::from_millis(1), || {
         b.leader().eligible.then(|| started.elapsed())
     })
     .unwrap_or_else(|| {
@@ -128,12 +134,7 @@ fn a_fresh_follower_counts_the_nodes_at_once_on_the_leaders_vouches() {
         "b did not say why it counts the nodes early:\n{logs}"
     );
     // Now an ordinary follower: a graceful handover names it and it leads at once.
-    let released = Instant::now();
-    let _ = a.terminate();
-    let took = wait_for(Duration::from_secs(5), Duration::from_millis(1), || {
-        b.leader().is_leader.then(|| released.elapsed())
-    })
-    .unwrap_or_else(|| panic!("b never led:\n--- a:\n{}--- b:\n{}", a.logs(), b.logs()));
+    let took = hand_over(&mut a, &b);
     report(
         "graceful handover to a vouched-for follower started just before (ttl 10 s)",
         format!("{took:?}"),
