@@ -207,14 +207,15 @@ fn start_nodes(
     attestations: bool,
     stop: &CancellationToken,
 ) {
+    let keys = redlock.attest_keys();
     for node in redlock.nodes() {
         tasks.spawn(node.clone().maintain(stop.clone()));
         if attestations {
-            tasks.spawn(node.clone().attest(redlock.attest_keys(), stop.clone()));
+            tasks.spawn(node.clone().attest(keys.clone(), stop.clone()));
         }
         tasks.spawn(node.clone().subscribe(
             redlock.channel().to_string(),
-            redlock.attest_keys().channel,
+            keys.channel.clone(),
             handles.notices.clone(),
             stop.clone(),
         ));

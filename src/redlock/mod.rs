@@ -62,6 +62,8 @@ pub struct Redlock {
     epoch_key: String,
     /// `<keyPrefix><lease>:released`: the release-notice channel.
     channel: String,
+    /// `<keyPrefix><lease>:attest`: the attestation hash and channel ([`node::AttestKeys`]).
+    attest_key: String,
     /// `<keyPrefix><lease>:candidates`: the contenders' records ([`candidates`]).
     candidates_key: String,
     /// `<keyPrefix><lease>:next`: the key's reservation for a named successor, for a grace
@@ -131,6 +133,7 @@ impl Redlock {
             epoch_key: format!("{key}:epoch"),
             channel: format!("{key}:released"),
             candidates_key: format!("{key}:candidates"),
+            attest_key: format!("{key}:attest"),
             reservation_key: format!("{key}:next"),
             key,
             nodes,
@@ -172,16 +175,12 @@ impl Redlock {
     }
 
     /// The attestation hash and channel ([`node::AttestKeys`]); requests live for the clock
-    /// window, after which a watch counts anyway.
+    /// window (ttl + margin, the margin being the drift), after which a watch counts anyway.
     pub fn attest_keys(&self) -> node::AttestKeys {
-        let name = format!("{}:attest", self.key);
         node::AttestKeys {
-            hash: name.clone(),
-            channel: name,
-            life: self
-                .nodes
-                .first()
-                .map_or(self.ttl + self.drift, |n| n.clock_window()),
+            hash: self.attest_key.clone(),
+            channel: self.attest_key.clone(),
+            life: self.ttl + self.drift,
         }
     }
 

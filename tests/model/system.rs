@@ -593,13 +593,10 @@ impl System {
     /// clock watch of the node does not count yet and no jump quarantine runs.
     fn wanted(&self, s: &State, k: usize, i: usize) -> Option<u32> {
         let l = &s.sidecars[k].links[i];
-        let now_us = self.clock(s, k);
-        let p = self.policy();
-        if !p.enabled || !l.conn || l.watch.counts_at(now_us, &p) || l.watch.quarantined_at(now_us)
-        {
+        if !l.conn {
             return None;
         }
-        l.watch.epoch().map(|(_, e)| e)
+        l.watch.attestation_wanted(self.clock(s, k), &self.policy())
     }
 
     /// Whether sidecar `k` would read node `i`'s pending requests now (`Node::vouch`'s first

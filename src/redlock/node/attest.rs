@@ -67,22 +67,26 @@ struct Requested {
 impl Node {
     /// The request name of this process's watch `epoch`.
     fn nonce(&self, epoch: u32) -> String {
-        format!("{:016x}-{epoch}", self.instance)
+        format!("{}{epoch}", self.nonce_prefix())
+    }
+
+    /// What every request name of this process starts with.
+    fn nonce_prefix(&self) -> String {
+        format!("{:016x}-", self.instance)
     }
 
     /// The watch this sidecar would ask a vouch for at `now`: the node is connected and its
     /// clock watch is all that keeps it from counting (no jump quarantine; a restart quarantine
     /// or exclusion does not stop a request, but a vouch does not lift it either).
     fn attestation_wanted(&self, now: Instant) -> Option<(String, u32)> {
-        if !self.clock_policy.enabled || !self.is_up() {
+        if !self.is_up() {
             return None;
         }
         let h = lock(&self.health);
-        let now_us = mono_us(now);
-        if h.clock.counts_at(now_us, &self.clock_policy) || h.clock.quarantined_at(now_us) {
-            return None;
-        }
-        h.clock.epoch().map(|(run, epoch)| (run.to_string(), epoch))
+        let epoch = h
+            .clock
+            .attestation_wanted(mono_us(now), &self.clock_policy)?;
+        h.clock.epoch().map(|(run, _)| (run.to_string(), epoch))
     }
 
     /// Keep asking for, and giving, attestations of this node's clock until `stop`.
@@ -169,6 +173,7 @@ impl Node {
         let Ok(reply) = self.eval_read(script, hash, &["pending"]).await else {
             return;
         };
+        let own = self.nonce_prefix();
         let nonces: Vec<String> = reply
             .items
             .iter()
@@ -176,7 +181,7 @@ impl Node {
                 Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
                 _ => None,
             })
-            .filter(|n| !n.starts_with(&format!("{:016x}-", self.instance)))
+            .filter(|n| !n.starts_with(&own))
             .collect();
         if nonces.is_empty() {
             return;

@@ -123,11 +123,6 @@ impl Node {
         Duration::from_micros((self.clock_policy.window_us / 3).max(1) as u64)
     }
 
-    /// The clock window (ttl + margin): how long a fresh watch waits before the node counts.
-    pub fn clock_window(&self) -> Duration {
-        Duration::from_micros(self.clock_policy.window_us.max(1) as u64)
-    }
-
     /// How often INFO is read again: with the clock's period, within
     /// [`INFO_REFRESH_MIN`]..=[`INFO_REFRESH_MAX`].
     fn info_refresh(&self) -> Duration {
