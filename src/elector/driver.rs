@@ -4,9 +4,16 @@
 //! watchdog, the pod's standing, shutdown) into the machine's [`Event`]s. It decides nothing.
 //!
 //! Commands run one at a time, in order; a round's answer is fed back before anything else is
-//! taken, so the machine sees events between rounds only (as the async elector did). The one
-//! race kept here is the renewal against the deadline, which the command carries (`until`).
+//! taken, so the machine sees events between rounds only (as the async elector did). Two races
+//! are kept here:
+//! - the renewal against the deadline, which the command carries (`until`);
+//! - a won attempt against its record round. The term is fed at once, and the record round
+//!   finishes beside it ([`Elector::tail`]) before the next round runs. The winner need not wait
+//!   for its record on every node: that round waits for the slowest node, and the term for a
+//!   quorum only.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -24,7 +31,11 @@ use super::step_down::StepDownRequest;
 use super::watchdog::LoopHealth;
 use crate::leadership::{CandidacyView, Leadership};
 use crate::metrics::Metrics;
-use crate::redlock::{Notices, Redlock};
+use crate::redlock::candidates::Candidate;
+use crate::redlock::{Acquire, Notices, Redlock};
+
+/// A won attempt's record round, still running ([`Elector::tail`]).
+type Tail = Option<Pin<Box<dyn Future<Output = ()> + Send>>>;
 
 /// Step-down requests queued before the loop takes them (each waits for its answer anyway).
 const REQUEST_QUEUE: usize = 16;
@@ -32,7 +43,10 @@ const REQUEST_QUEUE: usize = 16;
 /// The elector: the [`Machine`] and its driver's channels.
 pub struct Elector<R = Live> {
     /// The rounds the machine's commands run.
-    rounds: R,
+    rounds: Arc<R>,
+    /// The record round of a won attempt, still running: polled beside the loop's waits, and
+    /// finished before the next round starts (a withdrawal must not overtake the write).
+    tail: Tail,
     /// Every decision.
     machine: Machine,
     /// Where leadership is published.
@@ -107,7 +121,8 @@ impl<R: Rounds> Elector<R> {
         let first = standing.borrow().clone();
         let machine = Machine::new(identity, timing, preference, first, quorum, now);
         let elector = Elector {
-            rounds,
+            rounds: Arc::new(rounds),
+            tail: None,
             machine,
             tx,
             requests: req_rx,
@@ -126,6 +141,44 @@ impl<R: Rounds> Elector<R> {
         };
         (elector, handles)
     }
+}
+
+/// Run an attempt's acquire and record rounds together. A won acquire answers at once, without
+/// the candidates (the term reads them again at its first renewal, or at its step-down): the
+/// record round, which waits for every node, is left in `tail` to finish. Otherwise both answer.
+async fn won_first<A, C>(
+    acquire: A,
+    mut records: Pin<Box<C>>,
+    tail: &mut Tail,
+) -> (Acquire, Option<Vec<Candidate>>)
+where
+    A: Future<Output = Acquire>,
+    C: Future<Output = Option<Vec<Candidate>>> + Send + 'static,
+{
+    tokio::pin!(acquire);
+    // Biased: the acquire is polled first, so on every node its command goes out ahead of the
+    // record round's and is not queued behind that script.
+    tokio::select! {
+        biased;
+        outcome = &mut acquire => match outcome {
+            Acquire::Acquired(_) => {
+                *tail = Some(Box::pin(async move {
+                    records.await;
+                }));
+                (outcome, None)
+            }
+            _ => (outcome, records.await),
+        },
+        candidates = &mut records => (acquire.await, candidates),
+    }
+}
+
+/// Finish the won attempt's record round, if one is running.
+async fn finish(tail: &mut Tail) {
+    if let Some(t) = tail.as_mut() {
+        t.await;
+    }
+    *tail = None;
 }
 
 /// Sleep until `at`; forever when there is nothing to wake for.
@@ -187,6 +240,7 @@ impl<R: Rounds> Elector<R> {
                     Event::Standing(self.standing.borrow_and_update().clone())
                 }
                 _ = self.rounds.counting_changed() => Event::Counting,
+                () = finish(&mut self.tail), if self.tail.is_some() => continue,
                 _ = sleep_until_some(timer) => Event::Timer,
             };
             self.feed(event, &mut rng);
@@ -211,13 +265,20 @@ impl<R: Rounds> Elector<R> {
         command: Command,
         requests: &mut Vec<(u64, StepDownRequest)>,
     ) -> Option<Event> {
+        if command.is_round() {
+            finish(&mut self.tail).await;
+        }
         let rounds = &self.rounds;
         match command {
             Command::Attempt { named, record } => {
-                let (outcome, candidates) = tokio::join!(
-                    rounds.acquire(named),
-                    rounds.records(record.fields.as_ref(), record.life)
-                );
+                let records = {
+                    let rounds = rounds.clone();
+                    Box::pin(
+                        async move { rounds.records(record.fields.as_ref(), record.life).await },
+                    )
+                };
+                let (outcome, candidates) =
+                    won_first(rounds.acquire(named), records, &mut self.tail).await;
                 Some(Event::Attempted {
                     outcome,
                     candidates,

@@ -32,6 +32,10 @@ pub struct World {
     subscribers: Vec<Arc<Notices>>,
     /// While set, every renewal fails (nodes unreachable).
     pub fail_renewals: bool,
+    /// How long a record round takes before it writes (a slow node).
+    pub records_delay: Duration,
+    /// Every record written or withdrawn, in order: `write <identity>`, `withdraw <identity>`.
+    pub history: Vec<String>,
 }
 
 impl World {
@@ -72,6 +76,7 @@ impl World {
 
     fn write(&mut self, identity: &str, own: Option<&[String; 5]>, life: Duration, now: Instant) {
         let Some(fields) = own else { return };
+        self.history.push(format!("write {identity}"));
         let ready = fields[0] == "1";
         let since = self.records.get(identity).and_then(|r| r.2);
         let since = ready.then(|| since.unwrap_or(now));
@@ -138,6 +143,8 @@ impl Rounds for Memory {
     }
 
     async fn records(&self, own: Option<&[String; 5]>, life: Duration) -> Option<Vec<Candidate>> {
+        let delay = self.world().records_delay;
+        tokio::time::sleep(delay).await;
         let now = Instant::now();
         let mut w = self.world();
         w.write(&self.identity, own, life, now);
@@ -181,7 +188,9 @@ impl Rounds for Memory {
     }
 
     async fn withdraw(&self) {
-        self.world().records.remove(&self.identity);
+        let mut w = self.world();
+        w.records.remove(&self.identity);
+        w.history.push(format!("withdraw {}", self.identity));
     }
 
     fn nodes(&self, _now: Instant) -> Nodes {
@@ -297,6 +306,45 @@ mod tests {
         stop_a.cancel();
         task_a.await.unwrap();
         assert!(world.lock().unwrap().key.is_none());
+    }
+
+    /// A won attempt is published without waiting for its record round (which waits for the
+    /// slowest node); the record still lands, and a shutdown right after the win withdraws it
+    /// only after the write, so no record of a stopped sidecar is left behind.
+    #[tokio::test(start_paused = true)]
+    async fn a_won_attempt_leads_before_its_record_round_ends() {
+        let slow = Duration::from_millis(50);
+        let world = World::shared();
+        world.lock().unwrap().records_delay = slow;
+        let (ha, stop, task) = start(&world, "a");
+        let started = Instant::now();
+        assert_eq!(until_leader(&ha).await, 1);
+        assert!(
+            Instant::now() - started < slow,
+            "the term waited for the record round"
+        );
+        assert!(!world.lock().unwrap().records.contains_key("a"));
+        tokio::time::sleep(slow + Duration::from_millis(1)).await;
+        assert!(world.lock().unwrap().records.contains_key("a"));
+        stop.cancel();
+        task.await.unwrap();
+
+        // Stopped at once after winning: the write is not dropped, and the withdrawal waits
+        // for it.
+        let (hb, stop, task) = start(&world, "b");
+        until_leader(&hb).await;
+        stop.cancel();
+        task.await.unwrap();
+        let w = world.lock().unwrap();
+        let b: Vec<&str> = w
+            .history
+            .iter()
+            .map(String::as_str)
+            .filter(|h| h.ends_with(" b"))
+            .collect();
+        assert_eq!(b, ["write b", "withdraw b"]);
+        assert!(!w.records.contains_key("b"));
+        assert!(w.key.is_none());
     }
 
     /// Renewals that fail end the term at the deadline: a lost lease, no successor named.

@@ -33,7 +33,7 @@ fn run_ttl(
     ttl: &str,
     proof_only: bool,
 ) {
-    let rounds = o.n(20, 3);
+    let rounds = o.n(60, 3);
     let how = if proof_only {
         ", --no-attestations (the release proof alone)"
     } else {

@@ -61,7 +61,8 @@ pub enum Event {
     Attempted {
         /// The acquire round's result.
         outcome: Acquire,
-        /// The candidates read beside it (`None`: fewer than a quorum answered).
+        /// The candidates read beside it (`None`: fewer than a quorum answered, or the acquire
+        /// won and did not wait for them).
         candidates: Option<Vec<Candidate>>,
     },
     /// [`Command::Watch`] finished.
@@ -109,7 +110,7 @@ pub enum Event {
 pub enum Command {
     /// Run an acquire round (`named`: right after a notice naming this sidecar, so nodes may be
     /// counted on the release proof), and the candidate round beside it; answer with
-    /// [`Event::Attempted`].
+    /// [`Event::Attempted`] (at once when the acquire won, without the candidates).
     Attempt {
         /// Named by the notice.
         named: bool,
@@ -167,6 +168,25 @@ pub enum Command {
     Count(Count),
     /// Withdraw the own candidate record; the machine is done.
     Withdraw,
+}
+
+impl Command {
+    /// Whether the command runs a round on the nodes (the driver runs one at a time).
+    pub fn is_round(&self) -> bool {
+        match self {
+            Command::Attempt { .. }
+            | Command::Watch { .. }
+            | Command::Renew { .. }
+            | Command::ReadCandidates { .. }
+            | Command::Release { .. }
+            | Command::Withdraw => true,
+            Command::Publish { .. }
+            | Command::PublishEnd(_)
+            | Command::Candidacy(_)
+            | Command::Answer { .. }
+            | Command::Count(_) => false,
+        }
+    }
 }
 
 /// What the metrics count.
