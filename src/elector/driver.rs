@@ -34,8 +34,8 @@ use crate::metrics::Metrics;
 use crate::redlock::candidates::Candidate;
 use crate::redlock::{Acquire, Notices, Redlock};
 
-/// A won attempt's record round, still running ([`Elector::tail`]).
-type Tail = Option<Pin<Box<dyn Future<Output = ()> + Send>>>;
+/// An attempt's record round: the candidates a quorum holds.
+type Records = Pin<Box<dyn Future<Output = Option<Vec<Candidate>>> + Send>>;
 
 /// Step-down requests queued before the loop takes them (each waits for its answer anyway).
 const REQUEST_QUEUE: usize = 16;
@@ -46,7 +46,7 @@ pub struct Elector<R = Live> {
     rounds: Arc<R>,
     /// The record round of a won attempt, still running: polled beside the loop's waits, and
     /// finished before the next round starts (a withdrawal must not overtake the write).
-    tail: Tail,
+    tail: Option<Records>,
     /// Every decision.
     machine: Machine,
     /// Where leadership is published.
@@ -146,15 +146,11 @@ impl<R: Rounds> Elector<R> {
 /// Run an attempt's acquire and record rounds together. A won acquire answers at once, without
 /// the candidates (the term reads them again at its first renewal, or at its step-down): the
 /// record round, which waits for every node, is left in `tail` to finish. Otherwise both answer.
-async fn won_first<A, C>(
-    acquire: A,
-    mut records: Pin<Box<C>>,
-    tail: &mut Tail,
-) -> (Acquire, Option<Vec<Candidate>>)
-where
-    A: Future<Output = Acquire>,
-    C: Future<Output = Option<Vec<Candidate>>> + Send + 'static,
-{
+async fn won_first(
+    acquire: impl Future<Output = Acquire>,
+    mut records: Records,
+    tail: &mut Option<Records>,
+) -> (Acquire, Option<Vec<Candidate>>) {
     tokio::pin!(acquire);
     // Biased: the acquire is polled first, so on every node its command goes out ahead of the
     // record round's and is not queued behind that script.
@@ -162,9 +158,7 @@ where
         biased;
         outcome = &mut acquire => match outcome {
             Acquire::Acquired(_) => {
-                *tail = Some(Box::pin(async move {
-                    records.await;
-                }));
+                *tail = Some(records);
                 (outcome, None)
             }
             _ => (outcome, records.await),
@@ -174,7 +168,7 @@ where
 }
 
 /// Finish the won attempt's record round, if one is running.
-async fn finish(tail: &mut Tail) {
+async fn finish(tail: &mut Option<Records>) {
     if let Some(t) = tail.as_mut() {
         t.await;
     }
@@ -271,12 +265,11 @@ impl<R: Rounds> Elector<R> {
         let rounds = &self.rounds;
         match command {
             Command::Attempt { named, record } => {
-                let records = {
-                    let rounds = rounds.clone();
+                let shared = rounds.clone();
+                let records: Records =
                     Box::pin(
-                        async move { rounds.records(record.fields.as_ref(), record.life).await },
-                    )
-                };
+                        async move { shared.records(record.fields.as_ref(), record.life).await },
+                    );
                 let (outcome, candidates) =
                     won_first(rounds.acquire(named), records, &mut self.tail).await;
                 Some(Event::Attempted {

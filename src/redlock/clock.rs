@@ -269,14 +269,14 @@ impl Watch {
         Some((self.run_id.as_deref()?, self.epoch))
     }
 
-    /// The watch epoch to ask a vouch for at local `now_us`: a watch is running, it does not
-    /// count yet and no jump quarantine runs (a vouch would lift neither). `None` otherwise, and
-    /// always with detection off.
-    pub fn attestation_wanted(&self, now_us: i64, p: &Policy) -> Option<u32> {
+    /// The watch ([`Watch::epoch`]: server run id and epoch) to ask a vouch for at local
+    /// `now_us`: a watch is running, it does not count yet and no jump quarantine runs (a vouch
+    /// would lift neither). `None` otherwise, and always with detection off.
+    pub fn attestation_wanted(&self, now_us: i64, p: &Policy) -> Option<(&str, u32)> {
         if !p.enabled || self.counts_at(now_us, p) || self.quarantined_at(now_us) {
             return None;
         }
-        self.epoch().map(|(_, epoch)| epoch)
+        self.epoch()
     }
 
     /// Whether this sidecar may vouch for the watches of others whose attestation requests the

@@ -596,7 +596,9 @@ impl System {
         if !l.conn {
             return None;
         }
-        l.watch.attestation_wanted(self.clock(s, k), &self.policy())
+        l.watch
+            .attestation_wanted(self.clock(s, k), &self.policy())
+            .map(|(_, epoch)| epoch)
     }
 
     /// Whether sidecar `k` would read node `i`'s pending requests now (`Node::vouch`'s first

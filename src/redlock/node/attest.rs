@@ -83,10 +83,9 @@ impl Node {
             return None;
         }
         let h = lock(&self.health);
-        let epoch = h
-            .clock
-            .attestation_wanted(mono_us(now), &self.clock_policy)?;
-        h.clock.epoch().map(|(run, _)| (run.to_string(), epoch))
+        h.clock
+            .attestation_wanted(mono_us(now), &self.clock_policy)
+            .map(|(run, epoch)| (run.to_string(), epoch))
     }
 
     /// Keep asking for, and giving, attestations of this node's clock until `stop`.
