@@ -188,8 +188,10 @@ def write_component(out: Path) -> None:
             },
         }},
     }
-    # The config's checksum annotation: the generator's hash suffix rolls the pods instead.
-    patch["spec"]["template"]["metadata"].pop("annotations")
+    # The config's checksum annotation: the generator's hash suffix rolls the pods instead. The
+    # handover annotation stays: the chart's `auto` minReadySeconds looks for pods without it.
+    annotations = patch["spec"]["template"]["metadata"]["annotations"]
+    annotations.pop("checksum/redlock-elector-config")
     root = out / "components" / "sidecar"
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.example.yaml").write_text(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -675,7 +676,44 @@ def test_spread_presets():
     assert sched(affinity=mine)[0] == mine
 
 
-def test_min_ready_seconds_is_a_value_defaulting_to_two():
-    assert elector_pod(render_with("defaults"))["spec"]["minReadySeconds"] == 2
+def test_min_ready_seconds_auto_is_two_whatever_the_ttl():
+    # `auto` is the default. Offline (no cluster for `lookup`: no pod without the release proof
+    # is seen) it is what the startup probe and a graceful handover need, at any ttl. The other
+    # branch (pods of an older release running) is checked on the real cluster:
+    # control_plane_node.rs, cp_real_node_runs_the_chart_deletes_and_rolls_the_leader.
+    assert chartlib.load_values(chartlib.CHART / "values.yaml")["workload"]["minReadySeconds"] == "auto"
+    for ttl in ("1s", "10s", "1m"):
+        objects = render_with("defaults", config={"lease": {"ttl": ttl}})
+        assert elector_pod(objects)["spec"]["minReadySeconds"] == 2, ttl
+    # Every pod template carries the annotation that `auto` looks for.
+    meta = elector_pod(render_with("defaults"))["spec"]["template"]["metadata"]
+    assert meta["annotations"]["redlock-elector/handover"] == "release-proof"
+    # A number is used as is; 0 leaves the field out; anything else is refused by the schema.
     assert elector_pod(render_with("defaults", workload={"minReadySeconds": 7}))["spec"]["minReadySeconds"] == 7
     assert "minReadySeconds" not in elector_pod(render_with("defaults", workload={"minReadySeconds": 0}))["spec"]
+    with pytest.raises(Exception, match="minReadySeconds"):
+        render_with("defaults", workload={"minReadySeconds": "sometimes"})
+
+
+@pytest.mark.parametrize("ttl,drift,want", [
+    ("10s", 0.01, 11),       # 10.102 s
+    ("1s", 0.01, 2),         # 1.012 s
+    ("2s", 0.0, 3),          # 2.002 s: the 2 ms always count
+    ("1500ms", 0.01, 2),
+    ("1m 30s", 0.01, 91),    # parts are summed, as humantime does
+    ("2.5s", 0.05, 3),       # 2.627 s
+    ("1h", 0.01, 3637),
+])
+def test_clock_watch_seconds_is_the_binarys_watch_rounded_up(tmp_path, ttl, drift, want):
+    # The window a fresh sidecar watches a clock for: ttl + ttl × driftFactor + 2 ms
+    # (src/redlock/math.rs, drift; src/redlock/clock.rs, Policy::new), in whole seconds up.
+    chart = tmp_path / "redlock-elector"
+    shutil.copytree(chartlib.CHART, chart)
+    (chart / "templates" / "zz-watch.yaml").write_text(
+        '# watch: {{ include "redlock-elector.clockWatchSeconds" (dict "root" $ "values" .Values) }}\n')
+    vals = values("defaults")
+    vals["config"] = {**vals.get("config", {}), "lease": {**vals.get("config", {}).get("lease", {}),
+                                                           "ttl": ttl, "driftFactor": drift}}
+    out = chartlib.render_chart(vals, chart=chart)
+    (text,) = [t for p, t in out.items() if p.endswith("zz-watch.yaml")]
+    assert re.search(r"# watch: (\d+)", text).group(1) == str(want)

@@ -516,13 +516,43 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
             ],
         ),
     ] {
+        let helm = args[0] == "helm";
+        if helm {
+            // The pods as a release before the release proof left them: without the
+            // `redlock-elector/handover` annotation (the previous chart never wrote it). The chart's
+            // `auto` minReadySeconds finds them with `lookup` and waits out a fresh pod's clock
+            // watch for this one upgrade.
+            cp.kubectl(&[
+                "annotate",
+                "pod",
+                "-n",
+                NS,
+                "-l",
+                &format!("redlock-elector/lease={RELEASE}-redlock-elector"),
+                "redlock-elector/handover-",
+            ]);
+        }
         let roles = watch_roles(cp, NS);
         let t0 = Instant::now();
         let refs: Vec<&str> = args[1..].iter().map(|s| s.as_str()).collect();
-        match args[0].as_str() {
+        let out = match args[0].as_str() {
             "kubectl" => cp.kubectl(&refs),
             _ => cp.helm(&refs),
         };
+        if helm {
+            let live: Vec<String> = rn.live().iter().map(name).collect();
+            assert_eq!(
+                min_ready_seconds(cp),
+                Some(13),
+                "auto minReadySeconds while pods without the release proof run: the clock watch \
+                 at ttl 10 s (10.102 s, rounded up) + 2 s"
+            );
+            assert!(
+                out.contains("minReadySeconds is 13 s for this upgrade")
+                    && live.iter().all(|p| out.contains(p.as_str())),
+                "helm's notes say why, naming the pods {live:?}:\n{out}"
+            );
+        }
         cp.kubectl(&[
             "rollout",
             "status",
@@ -557,6 +587,50 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
         );
         current = new;
     }
+
+    // Every pod now runs this chart: the next upgrade derives 2 s again, and since the pod
+    // template is unchanged, nothing rolls.
+    let before: BTreeSet<String> = rn.live().iter().map(name).collect();
+    let chart = cluster::repo().join("charts/redlock-elector");
+    let out = cp.helm(&[
+        "upgrade",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "-n",
+        NS,
+        "--reuse-values",
+    ]);
+    assert_eq!(
+        min_ready_seconds(cp),
+        Some(2),
+        "auto minReadySeconds with every pod on the release proof"
+    );
+    assert!(
+        !out.contains("minReadySeconds is"),
+        "no note to make:\n{out}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let after: BTreeSet<String> = rn.live().iter().map(name).collect();
+    assert_eq!(
+        after, before,
+        "an upgrade that changes only minReadySeconds rolls no pod"
+    );
+}
+
+/// The chart's Deployment's `spec.minReadySeconds`, as the server has it.
+fn min_ready_seconds(cp: &ControlPlane) -> Option<u64> {
+    cp.kubectl(&[
+        "get",
+        "deployment",
+        &format!("{RELEASE}-redlock-elector"),
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.spec.minReadySeconds}",
+    ])
+    .trim()
+    .parse()
+    .ok()
 }
 
 #[test]

@@ -176,7 +176,7 @@ fn rolling_updates(prefer: &str, min_ready: Option<u64>) -> Vec<(usize, Duration
     // `--reuse-values` would otherwise keep in place of the chart's default.
     let min_ready_set = format!(
         "workload.minReadySeconds={}",
-        min_ready.unwrap_or_else(chart_min_ready_seconds)
+        min_ready.map_or_else(chart_min_ready_seconds, |m| m.to_string())
     );
     let chart = super_chart();
     cp.helm(&[
@@ -199,6 +199,26 @@ fn rolling_updates(prefer: &str, min_ready: Option<u64>) -> Vec<(usize, Duration
         format!("{:?}", t0.elapsed()),
     );
     let deploy = rel.full_name();
+    let applied: Option<u64> = cp
+        .kubectl(&[
+            "-n",
+            &rel.ns,
+            "get",
+            "deployment",
+            &deploy,
+            "-o",
+            "jsonpath={.spec.minReadySeconds}",
+        ])
+        .trim()
+        .parse()
+        .ok();
+    // `auto`, with every pod carrying the release proof's annotation: what the startup probe and
+    // the handover need, whatever the ttl.
+    assert_eq!(
+        applied,
+        Some(min_ready.unwrap_or(2)).filter(|m| *m > 0),
+        "the Deployment's minReadySeconds"
+    );
     let kubelet_pods = {
         let k = &rel.kubelet;
         let runs = k.runs();
@@ -259,8 +279,8 @@ fn dump_logs(runs: &Arc<Mutex<std::collections::HashMap<String, PodRun>>>, seq: 
     }
 }
 
-/// The chart's default `workload.minReadySeconds`, from its values.yaml.
-fn chart_min_ready_seconds() -> u64 {
+/// The chart's default `workload.minReadySeconds`, from its values.yaml (`auto`).
+fn chart_min_ready_seconds() -> String {
     let values =
         std::fs::read_to_string(cluster::repo().join("charts/redlock-elector/values.yaml"))
             .expect("the chart's values.yaml");
@@ -273,10 +293,7 @@ fn chart_min_ready_seconds() -> u64 {
         1,
         "one workload.minReadySeconds in values.yaml"
     );
-    lines[0]
-        .trim()
-        .parse()
-        .expect("minReadySeconds is a number")
+    lines[0].trim().to_string()
 }
 
 fn super_chart() -> String {

@@ -212,3 +212,68 @@ podAntiAffinity:
       {{- toYaml .selector | nindent 6 }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A humantime duration (the schema's units: ns, us, µs, ms, s, m, h, d; parts may be summed, as in
+"1m 30s") in milliseconds, as a float.
+*/}}
+{{- define "redlock-elector.durationMs" -}}
+{{- $unit := dict "ns" 0.000001 "us" 0.001 "µs" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 "d" 86400000.0 -}}
+{{- $ms := 0.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h|d)" . -1 -}}
+{{- $n := regexFind "^[0-9.]+" . -}}
+{{- $ms = addf $ms (mulf (float64 $n) (get $unit (trimPrefix $n .))) -}}
+{{- end -}}
+{{- $ms -}}
+{{- end -}}
+
+{{/*
+How long a fresh sidecar watches a node's clock before the node counts, in whole seconds rounded
+up: ttl + margin, margin = ttl × driftFactor + 2 ms (as the binary computes it).
+*/}}
+{{- define "redlock-elector.clockWatchSeconds" -}}
+{{- $ttlMs := include "redlock-elector.durationMs" .values.config.lease.ttl | float64 -}}
+{{- $watchMs := addf $ttlMs (mulf $ttlMs (.values.config.lease.driftFactor | float64)) 2.0 -}}
+{{- divf $watchMs 1000.0 | ceil | int -}}
+{{- end -}}
+
+{{/*
+The pods of this lease that run a release without the release proof: every running pod carrying
+the lease label but not the `redlock-elector/handover: release-proof` annotation that this chart
+(and the manifests) put on the pod template. Comma-separated names, empty when none.
+Read with `lookup`: it sees nothing where Helm has no cluster (`helm template`, a client-side
+dry run, tools that render charts offline), so there it is empty.
+*/}}
+{{- define "redlock-elector.preProofPods" -}}
+{{- $lease := include "redlock-elector.leaseName" . -}}
+{{- $found := list -}}
+{{- range (lookup "v1" "Pod" .root.Release.Namespace "").items | default list -}}
+{{- $running := not (has (dig "status" "phase" "" .) (list "Succeeded" "Failed")) -}}
+{{- if and $running (eq (dig "metadata" "labels" "redlock-elector/lease" "" .) $lease) (ne (dig "metadata" "annotations" "redlock-elector/handover" "" .) "release-proof") -}}
+{{- $found = append $found .metadata.name -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $found -}}
+{{- end -}}
+
+{{/*
+minReadySeconds of the workload: workload.minReadySeconds when it is a number; with `auto` (the
+default) derived here from the lease:
+- 2 s, what the sidecar's startup probe and a graceful handover need. A fresh sidecar takes a
+  graceful handover at once on the release proof, so the ttl does not enter.
+- the clock watch rounded up, plus those 2 s, while pods of a release without the release proof
+  run (preProofPods): their leader writes no proof, so a fresh pod can be handed the lease only
+  once it has watched the nodes' clocks for ttl + margin (margin = ttl × driftFactor + 2 ms, as
+  the binary computes it): 13 s at the defaults. That is the one upgrade, from such a release,
+  where the ttl matters.
+*/}}
+{{- define "redlock-elector.minReadySeconds" -}}
+{{- $w := .values.workload.minReadySeconds -}}
+{{- if ne (toString $w) "auto" -}}
+{{- $w -}}
+{{- else if include "redlock-elector.preProofPods" . -}}
+{{- add 2 (include "redlock-elector.clockWatchSeconds" .) -}}
+{{- else -}}
+2
+{{- end -}}
+{{- end -}}

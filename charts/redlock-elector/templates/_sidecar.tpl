@@ -167,4 +167,6 @@ failureThreshold: {{ $p.failureThreshold }}
 
 {{- define "redlock-elector.podAnnotations" -}}
 checksum/redlock-elector-config: {{ include "redlock-elector.configFile" . | trim | sha256sum }}
+{{/* The sidecar's handover protocol; `auto` minReadySeconds looks for pods without it. */ -}}
+redlock-elector/handover: release-proof
 {{- end -}}
