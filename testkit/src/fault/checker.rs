@@ -30,6 +30,18 @@ struct Target {
     generation: AtomicU32,
     /// Answers received so far.
     answered: AtomicU64,
+    /// Requests made so far, answered or failed.
+    polled: AtomicU64,
+}
+
+/// Wait (up to 2 s) until `count` has grown by two since this call: the first may come from a
+/// request already in flight.
+fn two_more(count: &AtomicU64) {
+    let want = count.load(Ordering::SeqCst) + 2;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while count.load(Ordering::SeqCst) < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Spacing of one slot's requests, for the report.
@@ -111,22 +123,23 @@ impl Checker {
         t.port.store(port, Ordering::SeqCst);
     }
 
-    /// Slot `slot` has no process (about to be killed, or killed).
+    /// Slot `slot` has no process (about to be killed, or killed). First its poller makes two
+    /// more requests (up to 2 s; a dead process fails them at once), so that a term the caller
+    /// has just seen, and is about to end, is in the record however late a loaded machine
+    /// schedules the poller.
     pub fn down(&self, slot: usize) {
-        self.targets[slot].port.store(0, Ordering::SeqCst);
+        let t = &self.targets[slot];
+        if t.port.load(Ordering::SeqCst) != 0 {
+            two_more(&t.polled);
+        }
+        t.port.store(0, Ordering::SeqCst);
     }
 
     /// Wait (up to 2 s) until slot `slot` has answered a request sent after this call, so that
     /// what the caller just saw of it (a term that may end a moment later) is in the record,
     /// however late a loaded machine schedules the poller.
     pub fn sync(&self, slot: usize) {
-        let t = &self.targets[slot];
-        // Two more answers: the first may come from a request already in flight.
-        let want = t.answered.load(Ordering::SeqCst) + 2;
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while t.answered.load(Ordering::SeqCst) < want && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        two_more(&self.targets[slot].answered);
     }
 
     /// Time since the checker started.
@@ -210,6 +223,7 @@ fn poll(slot: usize, t0: Instant, target: &Target, stop: &AtomicBool) -> (Vec<Se
         let sent = Instant::now();
         let answer = conn.as_mut().and_then(|(_, _, c)| request(c));
         let received = Instant::now();
+        target.polled.fetch_add(1, Ordering::SeqCst);
         let Some(a) = answer else {
             stats.failures += 1;
             conn = None;
