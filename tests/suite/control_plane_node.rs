@@ -619,18 +619,7 @@ fn cp_real_node_runs_the_chart_deletes_and_rolls_the_leader() {
 
 /// The chart's Deployment's `spec.minReadySeconds`, as the server has it.
 fn min_ready_seconds(cp: &ControlPlane) -> Option<u64> {
-    cp.kubectl(&[
-        "get",
-        "deployment",
-        &format!("{RELEASE}-redlock-elector"),
-        "-n",
-        NS,
-        "-o",
-        "jsonpath={.spec.minReadySeconds}",
-    ])
-    .trim()
-    .parse()
-    .ok()
+    cp.min_ready_seconds(NS, &format!("{RELEASE}-redlock-elector"))
 }
 
 #[test]

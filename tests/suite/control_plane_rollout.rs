@@ -199,19 +199,7 @@ fn rolling_updates(prefer: &str, min_ready: Option<u64>) -> Vec<(usize, Duration
         format!("{:?}", t0.elapsed()),
     );
     let deploy = rel.full_name();
-    let applied: Option<u64> = cp
-        .kubectl(&[
-            "-n",
-            &rel.ns,
-            "get",
-            "deployment",
-            &deploy,
-            "-o",
-            "jsonpath={.spec.minReadySeconds}",
-        ])
-        .trim()
-        .parse()
-        .ok();
+    let applied = cp.min_ready_seconds(&rel.ns, &deploy);
     // `auto`, with every pod carrying the release proof's annotation: what the startup probe and
     // the handover need, whatever the ttl.
     assert_eq!(

@@ -257,23 +257,30 @@ dry run, tools that render charts offline), so there it is empty.
 {{- end -}}
 
 {{/*
-minReadySeconds of the workload: workload.minReadySeconds when it is a number; with `auto` (the
-default) derived here from the lease:
+minReadySeconds of the workload, and why, as YAML (`seconds`, `preProofPods`): workload.
+minReadySeconds when it is a number; with `auto` (the default) derived here from the lease:
 - 2 s, what the sidecar's startup probe and a graceful handover need. A fresh sidecar takes a
   graceful handover at once on the release proof, so the ttl does not enter.
 - the clock watch rounded up, plus those 2 s, while pods of a release without the release proof
-  run (preProofPods): their leader writes no proof, so a fresh pod can be handed the lease only
-  once it has watched the nodes' clocks for ttl + margin (margin = ttl × driftFactor + 2 ms, as
-  the binary computes it): 13 s at the defaults. That is the one upgrade, from such a release,
-  where the ttl matters.
+  run (preProofPods, named in `preProofPods`): their leader writes no proof, so a fresh pod can
+  be handed the lease only once it has watched the nodes' clocks for ttl + margin (margin =
+  ttl × driftFactor + 2 ms, as the binary computes it): 13 s at the defaults. That is the one
+  upgrade, from such a release, where the ttl matters.
+One `lookup` per call: the workload and NOTES.txt each call it once.
 */}}
-{{- define "redlock-elector.minReadySeconds" -}}
+{{- define "redlock-elector.minReadySecondsDecision" -}}
 {{- $w := .values.workload.minReadySeconds -}}
+{{- $startup := 2 -}}
 {{- if ne (toString $w) "auto" -}}
-{{- $w -}}
-{{- else if include "redlock-elector.preProofPods" . -}}
-{{- add 2 (include "redlock-elector.clockWatchSeconds" .) -}}
+seconds: {{ $w }}
 {{- else -}}
-2
+{{- $pods := include "redlock-elector.preProofPods" . -}}
+seconds: {{ ternary (add $startup (include "redlock-elector.clockWatchSeconds" .)) $startup (ne $pods "") }}
+preProofPods: {{ $pods | quote }}
 {{- end -}}
+{{- end -}}
+
+{{/* minReadySeconds of the workload (see minReadySecondsDecision), a number. */}}
+{{- define "redlock-elector.minReadySeconds" -}}
+{{- (include "redlock-elector.minReadySecondsDecision" . | fromYaml).seconds | int -}}
 {{- end -}}

@@ -181,6 +181,22 @@ impl ControlPlane {
         self.try_run("helm", args).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Deployment `name`'s `spec.minReadySeconds` as the server has it (`None`: not set).
+    pub fn min_ready_seconds(&self, ns: &str, name: &str) -> Option<u64> {
+        self.kubectl(&[
+            "get",
+            "deployment",
+            name,
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.spec.minReadySeconds}",
+        ])
+        .trim()
+        .parse()
+        .ok()
+    }
+
     /// Stop kube-apiserver alone (SIGTERM, as an operator's restart does).
     pub fn stop_apiserver(&self) {
         self.apiserver("stop");
