@@ -186,6 +186,7 @@ impl Redlock {
             .collect();
         let mut tally = Tally::new(self.nodes.len());
         let mut replies = Replies::default();
+        let mut outcomes = vec![Outcome::NoAnswer; n_nodes];
         while let Some((i, node, mode, seq, r)) = pending.next().await {
             let (vote, reading) = match r {
                 Ok(reply) => (
@@ -199,8 +200,10 @@ impl Redlock {
             };
             let proved = matches!(vote, Vote::Yes { proved: true, .. });
             let answered = reading.is_some();
+            let held = matches!(&vote, Vote::No(d) if !d.holder.is_empty());
             let granted = replies.record(vote);
             let counted = granted && self.counts_vote(node, mode, proved, reading);
+            outcomes[i] = Outcome::of(mode, answered, granted, proved, Some(counted), held);
             if answered {
                 self.log_answered(&value, i, seq, counted);
             }
@@ -228,9 +231,31 @@ impl Redlock {
         // come before every future was), and a release that overtook its acquire on the
         // connection would leave this attempt's key on that node for a whole ttl.
         let stragglers: Vec<Vote> = pending
-            .map(|(_, _, _, _, r)| parse_acquire(r.map(|reply| reply.items)))
+            .map(|(i, _, mode, _, r)| {
+                let vote = parse_acquire(r.map(|reply| reply.items));
+                let held = matches!(&vote, Vote::No(d) if !d.holder.is_empty());
+                let (answered, granted, proved) = match &vote {
+                    Vote::Yes { proved, .. } => (true, true, *proved),
+                    Vote::No(_) => (true, false, false),
+                    Vote::Unknown => (false, false, false),
+                };
+                outcomes[i] = Outcome::of(mode, answered, granted, proved, None, held);
+                vote
+            })
             .collect()
             .await;
+        if named {
+            let nodes: Vec<String> = self
+                .nodes
+                .iter()
+                .zip(&outcomes)
+                .map(|(n, o)| format!("{}: {}", n.name(), o.as_str()))
+                .collect();
+            tracing::warn!(
+                nodes = %nodes.join(", "),
+                "named by the release notice, but the attempt did not win a quorum; if a quorum does not count this sidecar's votes yet, it leads when its clock watch ends or another follower does"
+            );
+        }
         self.release(&value, Notice::Silent).await;
         self.lost(replies, stragglers, tally.quorum)
     }
@@ -303,6 +328,59 @@ impl Redlock {
             Acquire::Contended(holders.observed)
         } else {
             Acquire::NoQuorum(holders.observed)
+        }
+    }
+}
+
+/// What one node did with an attempt, for the log of a named successor's failed attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Granted, and the yes counted.
+    Counted,
+    /// Granted on the release proof, but the proof could not be taken at that reading.
+    ProofNotTaken,
+    /// Granted, but the node does not count yet (no proof was asked for).
+    NotCounting,
+    /// Granted after the attempt was already lost.
+    Late,
+    /// Denied: someone's key is there.
+    Held,
+    /// Denied with the key free: reserved for someone else, or no proof for this sidecar.
+    NoProof,
+    /// No answer.
+    NoAnswer,
+}
+
+impl Outcome {
+    /// `counted`: whether the yes counted, `None` for a reply that came after the decision.
+    fn of(
+        mode: Mode,
+        answered: bool,
+        granted: bool,
+        proved: bool,
+        counted: Option<bool>,
+        held: bool,
+    ) -> Self {
+        match (answered, granted, counted) {
+            (false, _, _) => Outcome::NoAnswer,
+            (true, true, Some(true)) => Outcome::Counted,
+            (true, true, Some(false)) if mode == Mode::Proof && proved => Outcome::ProofNotTaken,
+            (true, true, Some(false)) => Outcome::NotCounting,
+            (true, true, None) => Outcome::Late,
+            (true, false, _) if held => Outcome::Held,
+            (true, false, _) => Outcome::NoProof,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Counted => "granted",
+            Outcome::ProofNotTaken => "granted on the proof, proof not taken",
+            Outcome::NotCounting => "granted, does not count yet",
+            Outcome::Late => "granted after the attempt was lost",
+            Outcome::Held => "held",
+            Outcome::NoProof => "free, no proof for this sidecar",
+            Outcome::NoAnswer => "no answer",
         }
     }
 }

@@ -82,7 +82,9 @@ impl Redlock {
         // Owned once for all nodes: the futures may outlive this call (see below).
         let args = Arc::new(self.release_args(value, notice));
         let proofs = self.proofs(value, notice);
-        let mut pending: FuturesUnordered<_> = self
+        let quorum = self.quorum();
+        let held_back = hold_back(&proofs, quorum);
+        let releases = self
             .nodes
             .iter()
             .zip(proofs)
@@ -90,21 +92,31 @@ impl Redlock {
                 let (node, args) = (n.clone(), args.clone());
                 async move {
                     let [key, reservation, value, channel, payload, named, grace] = &*args;
-                    let proof = if proof { "1" } else { "0" };
-                    node.eval(
-                        release,
-                        &[key, reservation],
-                        &[value, channel, payload, named, grace, proof],
-                    )
-                    .await
-                    .is_ok()
+                    let proof_arg = if proof { "1" } else { "0" };
+                    let ok = node
+                        .eval(
+                            release,
+                            &[key, reservation],
+                            &[value, channel, payload, named, grace, proof_arg],
+                        )
+                        .await
+                        .is_ok();
+                    (proof, ok)
                 }
             })
-            .collect();
-        let quorum = self.quorum();
-        let mut confirmed = 0;
-        while let Some(ok) = pending.next().await {
+            .zip(held_back);
+        // The nodes held back go out once a quorum of the proof's nodes confirmed (or all of
+        // them answered): see [`hold_back`].
+        let (later, first): (Vec<_>, Vec<_>) = releases.partition(|(_, held)| *held);
+        let mut later: Vec<_> = later.into_iter().map(|(f, _)| f).collect();
+        let mut pending: FuturesUnordered<_> = first.into_iter().map(|(f, _)| f).collect();
+        let (mut confirmed, mut proved) = (0, 0);
+        while let Some((proof, ok)) = pending.next().await {
             confirmed += usize::from(ok);
+            proved += usize::from(ok && proof);
+            if !later.is_empty() && (proved >= quorum || pending.is_empty()) {
+                pending.extend(later.drain(..));
+            }
             if confirmed >= quorum {
                 break;
             }
@@ -159,5 +171,42 @@ impl Redlock {
         // Closing only lets `wait` resolve once empty; releases after this are still tracked.
         self.releasing.close();
         self.releasing.wait().await;
+    }
+}
+
+/// Which nodes' releases wait until a quorum of the nodes that carry the release proof confirmed
+/// theirs: the nodes without the proof, when the proof is on at least a quorum but not on every
+/// node. The named successor attempts at the quorum-th copy of the notice, and a fresh one wins
+/// only on proofs. If a node without the proof (a `Spare` grant at the term's start, a command
+/// that timed out) could publish its copy first, those copies could make a quorum while the
+/// release to a proof node is still on its way (a slow connection, a descheduled releaser): the
+/// successor's attempt would then find the old key there and lose, and with it the proofs it
+/// consumed elsewhere, and wait out its clock watch (a ttl without a leader). Held back, every
+/// copy from such a node comes after a quorum of proof nodes was released, so a quorum of copies
+/// always finds a quorum of proofs. It costs those nodes one round trip, never the step-down:
+/// the release returns at the quorum-th confirmation, which the proof nodes give.
+fn hold_back(proofs: &[bool], quorum: usize) -> Vec<bool> {
+    let proved = proofs.iter().filter(|p| **p).count();
+    let staged = proved >= quorum && proved < proofs.len();
+    proofs.iter().map(|p| staged && !p).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hold_back;
+
+    #[test]
+    fn only_nodes_without_the_proof_wait_and_only_when_the_proof_can_win() {
+        // Proof everywhere, or nowhere: nothing waits.
+        assert_eq!(hold_back(&[true, true, true], 2), [false, false, false]);
+        assert_eq!(hold_back(&[false, false, false], 2), [false, false, false]);
+        // A quorum of proofs: the rest wait.
+        assert_eq!(hold_back(&[true, false, true], 2), [false, true, false]);
+        assert_eq!(
+            hold_back(&[true, true, false, true, false], 3),
+            [false, false, true, false, true]
+        );
+        // Fewer proofs than a quorum: a fresh successor cannot win on them, nothing waits.
+        assert_eq!(hold_back(&[true, false, false], 2), [false, false, false]);
     }
 }
