@@ -105,8 +105,8 @@ impl Redlock {
                 }
             })
             .zip(held_back);
-        // The nodes held back go out once a quorum of the proof's nodes confirmed (or all of
-        // them answered): see [`hold_back`].
+        // The nodes held back go out once a quorum of the proof's nodes confirmed, or once too
+        // few of them are left to make one: see [`hold_back`].
         let (later, first): (Vec<_>, Vec<_>) = releases.partition(|(_, held)| *held);
         let mut later: Vec<_> = later.into_iter().map(|(f, _)| f).collect();
         let mut pending: FuturesUnordered<_> = first.into_iter().map(|(f, _)| f).collect();
@@ -114,7 +114,9 @@ impl Redlock {
         while let Some((proof, ok)) = pending.next().await {
             confirmed += usize::from(ok);
             proved += usize::from(ok && proof);
-            if !later.is_empty() && (proved >= quorum || pending.is_empty()) {
+            // While some are held back, every release still pending is a proof node's.
+            let hopeless = proved + pending.len() < quorum;
+            if !later.is_empty() && (proved >= quorum || hopeless) {
                 pending.extend(later.drain(..));
             }
             if confirmed >= quorum {
@@ -183,8 +185,10 @@ impl Redlock {
 /// successor's attempt would then find the old key there and lose, and with it the proofs it
 /// consumed elsewhere, and wait out its clock watch (a ttl without a leader). Held back, every
 /// copy from such a node comes after a quorum of proof nodes was released, so a quorum of copies
-/// always finds a quorum of proofs. It costs those nodes one round trip, never the step-down:
-/// the release returns at the quorum-th confirmation, which the proof nodes give.
+/// always finds a quorum of proofs. It costs those nodes one round trip; the release still
+/// returns at the quorum-th confirmation, which the proof nodes give. Only when one of exactly a
+/// quorum of proof nodes hangs does the wait for it (up to `redis.timeout`) delay the rest, and
+/// with them the quorum-th confirmation and the notice's quorum of copies.
 fn hold_back(proofs: &[bool], quorum: usize) -> Vec<bool> {
     let proved = proofs.iter().filter(|p| **p).count();
     let staged = proved >= quorum && proved < proofs.len();
