@@ -17,6 +17,10 @@ use super::node::{CommandError, Node};
 use super::release::Notice;
 use super::scripts::scripts;
 
+mod outcome;
+
+use outcome::Outcome;
+
 /// One node's answer to the acquire script.
 enum Vote {
     /// Granted.
@@ -94,21 +98,19 @@ struct Replies {
 }
 
 impl Replies {
-    /// Record a reply; true iff the node granted.
-    fn record(&mut self, vote: Vote) -> bool {
+    /// Record a reply.
+    fn record(&mut self, vote: Vote) {
         match vote {
             Vote::Yes { epoch, .. } => {
                 self.answered += 1;
                 self.max_epoch = self.max_epoch.max(epoch);
-                true
             }
             Vote::No(denial) => {
                 self.answered += 1;
                 self.max_epoch = self.max_epoch.max(denial.epoch);
                 self.denials.push(denial);
-                false
             }
-            Vote::Unknown => false,
+            Vote::Unknown => {}
         }
     }
 }
@@ -200,10 +202,10 @@ impl Redlock {
             };
             let proved = matches!(vote, Vote::Yes { proved: true, .. });
             let answered = reading.is_some();
-            let held = matches!(&vote, Vote::No(d) if !d.holder.is_empty());
-            let granted = replies.record(vote);
+            let granted = matches!(vote, Vote::Yes { .. });
             let counted = granted && self.counts_vote(node, mode, proved, reading);
-            outcomes[i] = Outcome::of(mode, answered, granted, proved, Some(counted), held);
+            outcomes[i] = Outcome::of(mode, &vote, Some(counted));
+            replies.record(vote);
             if answered {
                 self.log_answered(&value, i, seq, counted);
             }
@@ -233,28 +235,13 @@ impl Redlock {
         let stragglers: Vec<Vote> = pending
             .map(|(i, _, mode, _, r)| {
                 let vote = parse_acquire(r.map(|reply| reply.items));
-                let held = matches!(&vote, Vote::No(d) if !d.holder.is_empty());
-                let (answered, granted, proved) = match &vote {
-                    Vote::Yes { proved, .. } => (true, true, *proved),
-                    Vote::No(_) => (true, false, false),
-                    Vote::Unknown => (false, false, false),
-                };
-                outcomes[i] = Outcome::of(mode, answered, granted, proved, None, held);
+                outcomes[i] = Outcome::of(mode, &vote, None);
                 vote
             })
             .collect()
             .await;
         if named {
-            let nodes: Vec<String> = self
-                .nodes
-                .iter()
-                .zip(&outcomes)
-                .map(|(n, o)| format!("{}: {}", n.name(), o.as_str()))
-                .collect();
-            tracing::warn!(
-                nodes = %nodes.join(", "),
-                "named by the release notice, but the attempt did not win a quorum; if a quorum does not count this sidecar's votes yet, it leads when its clock watch ends or another follower does"
-            );
+            outcome::log_lost_named(&self.nodes, &outcomes);
         }
         self.release(&value, Notice::Silent).await;
         self.lost(replies, stragglers, tally.quorum)
@@ -328,59 +315,6 @@ impl Redlock {
             Acquire::Contended(holders.observed)
         } else {
             Acquire::NoQuorum(holders.observed)
-        }
-    }
-}
-
-/// What one node did with an attempt, for the log of a named successor's failed attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
-    /// Granted, and the yes counted.
-    Counted,
-    /// Granted on the release proof, but the proof could not be taken at that reading.
-    ProofNotTaken,
-    /// Granted, but the node does not count yet (no proof was asked for).
-    NotCounting,
-    /// Granted after the attempt was already lost.
-    Late,
-    /// Denied: someone's key is there.
-    Held,
-    /// Denied with the key free: reserved for someone else, or no proof for this sidecar.
-    NoProof,
-    /// No answer.
-    NoAnswer,
-}
-
-impl Outcome {
-    /// `counted`: whether the yes counted, `None` for a reply that came after the decision.
-    fn of(
-        mode: Mode,
-        answered: bool,
-        granted: bool,
-        proved: bool,
-        counted: Option<bool>,
-        held: bool,
-    ) -> Self {
-        match (answered, granted, counted) {
-            (false, _, _) => Outcome::NoAnswer,
-            (true, true, Some(true)) => Outcome::Counted,
-            (true, true, Some(false)) if mode == Mode::Proof && proved => Outcome::ProofNotTaken,
-            (true, true, Some(false)) => Outcome::NotCounting,
-            (true, true, None) => Outcome::Late,
-            (true, false, _) if held => Outcome::Held,
-            (true, false, _) => Outcome::NoProof,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Counted => "granted",
-            Outcome::ProofNotTaken => "granted on the proof, proof not taken",
-            Outcome::NotCounting => "granted, does not count yet",
-            Outcome::Late => "granted after the attempt was lost",
-            Outcome::Held => "held",
-            Outcome::NoProof => "free, no proof for this sidecar",
-            Outcome::NoAnswer => "no answer",
         }
     }
 }

@@ -180,7 +180,7 @@ fn a_release_late_on_a_proof_node_still_hands_over_at_once() {
     nodes[2].jump_clock(-2_000);
     // Seen at a's next reading of node 2. (Node 2 may not count for a yet anyway, its restart
     // quarantine ending a little after the others': wait for the step itself.)
-    let stepped = format!("127.0.0.1:{}", proxy.urls(0)[2].rsplit(':').next().unwrap());
+    let stepped = proxy.endpoint(0, 2);
     wait_for(TTL, Duration::from_millis(10), || {
         let jumps = fault::metric(
             &a,

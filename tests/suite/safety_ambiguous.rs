@@ -39,7 +39,7 @@ fn timed_out_node_is_not_counted_and_its_late_key_is_deleted() {
     };
     let a = Sidecar::start_urls("a", &urls, &opts);
     // Latency only once the connection is verified, so the handshake itself is not in question.
-    let endpoint = format!("127.0.0.1:{}", proxy.urls(0)[0].rsplit(':').next().unwrap());
+    let endpoint = proxy.endpoint(0, 0);
     wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
         (fault::metric(&a, "redlock_elector_redis_up", &[("endpoint", &endpoint)]) == Some(1.0))
             .then_some(())

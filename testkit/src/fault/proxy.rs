@@ -91,6 +91,11 @@ impl Proxy {
             .collect()
     }
 
+    /// The `host:port` sidecar `s` knows node `n` by: the endpoint label of its metrics.
+    pub fn endpoint(&self, s: usize, n: usize) -> String {
+        format!("127.0.0.1:{}", self.links[s][n].port)
+    }
+
     /// Set the fault on link (sidecar `s`, node `n`).
     pub fn set(&self, s: usize, n: usize, f: LinkFault) {
         self.links[s][n].fault.send_replace(f);
