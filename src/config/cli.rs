@@ -75,6 +75,11 @@ pub struct UnsafeSwitches {
     /// arrived.
     #[arg(long = "unsafe-disable-attestation-check", hide = true)]
     pub attestation_check_off: bool,
+    /// `--unsafe-disable-blind-band`: the clock watch behaves as before the blind band was
+    /// paid for: a reading however slow becomes the base of the next comparison, only the
+    /// latest reading is compared, and terms make no room for a step the watch could miss.
+    #[arg(long = "unsafe-disable-blind-band", hide = true)]
+    pub blind_band_off: bool,
     /// `--no-attestations`: this sidecar neither asks for nor gives attestations of its clock
     /// watches, so a fresh one waits the whole window (ttl + margin) unless a release proof
     /// serves. Not a safety mechanism (fewer votes count early, never more); here so tests and
@@ -101,6 +106,9 @@ impl UnsafeSwitches {
         }
         if self.attestation_check_off {
             w.push("--unsafe-disable-attestation-check: this sidecar vouches for nodes it does not count; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.blind_band_off {
+            w.push("--unsafe-disable-blind-band: clock steps within the watch's allowance shorten leases unpaid; mutual exclusion is NOT guaranteed (tests only)");
         }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");

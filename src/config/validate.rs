@@ -40,6 +40,7 @@ pub fn validate(
         .as_ref()
         .map_or(default::KEY_PREFIX, |t| &t.0);
     let redis = redis::validate(&s.redis, timing.ttl, env, &mut warnings)?;
+    margin(&timing, redis.timeout)?;
     let (api_listen, ops_listen) = listen(s)?;
     let kubernetes = kubernetes::validate(&s.kubernetes, env)?;
     let order = kubernetes::preference(&s.lease, &kubernetes)?;
@@ -142,6 +143,32 @@ fn timing(s: &LeaseSettings) -> Result<Timing, ConfigError> {
         retry_every,
         drift_factor,
     })
+}
+
+/// The margin a term can cost at worst ([`lease_margin`]) must leave at least half the ttl.
+fn margin(timing: &Timing, timeout: Duration) -> Result<(), ConfigError> {
+    let margin = lease_margin(timing.ttl, timing.drift_factor, timeout);
+    if margin > timing.ttl / 2 {
+        return Err(err(
+            "lease.ttl, lease.driftFactor, redis.timeout",
+            format!(
+                "the lease's margin at worst ({}: ttl × driftFactor + 2ms, and twice the clock watch's blind band, 2 × redis.timeout + ttl × driftFactor and more) exceeds half the ttl ({}); raise lease.ttl, or lower redis.timeout or lease.driftFactor",
+                fmt_dur(margin),
+                fmt_dur(timing.ttl / 2)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The most a term's margin can be, for `check-config` and the docs: the rate drift
+/// (`ttl × driftFactor + 2ms`), the blind band a leader takes off its term and the one a
+/// follower that won without a release proof waits before leading (each at most
+/// [`crate::redlock::clock::Policy::max_band_us`] of a reading within `redis.timeout`).
+pub fn lease_margin(ttl: Duration, drift_factor: f64, timeout: Duration) -> Duration {
+    let p = crate::redlock::clock::Policy::new(ttl, drift_factor, true).with_base_rtt(timeout);
+    let band = Duration::from_micros(p.max_band_us(p.base_rtt_us).max(0) as u64);
+    crate::redlock::math::drift(ttl, drift_factor) + 2 * band
 }
 
 fn listen(s: &Settings) -> Result<(SocketAddr, SocketAddr), ConfigError> {

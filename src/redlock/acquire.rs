@@ -115,6 +115,36 @@ impl Replies {
     }
 }
 
+/// The blind bands ([`super::clock::Watch::band_us`]) of a round's counted votes: how far a
+/// node's clock may have stepped without this sidecar's watch seeing it, at each reading.
+///
+/// Two terms meet on a node: the previous holder set its key at one reading of its own, this
+/// sidecar finds the key gone at one of its. A step forward between them that neither watch
+/// could see shortens the previous key; a step back before the previous holder's reading, then
+/// forward, also does, and its backward half is for the previous holder's watch to see. So
+/// each side pays for its own watch:
+/// - **lead**: every term ends the largest band of the votes it counted sooner (the backward
+///   half, for whoever comes next);
+/// - **hold**: a term won on votes without a release proof begins the largest band of those
+///   votes later (the forward half). A proved vote needs none: its node had no live holder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Blind {
+    /// The largest band of every counted vote.
+    pub(super) lead: Duration,
+    /// The largest band of the counted votes without a release proof.
+    pub(super) hold: Duration,
+}
+
+impl Blind {
+    /// A counted vote read with `band`; `proved`: its grant consumed a release proof.
+    pub(super) fn count(&mut self, band: Duration, proved: bool) {
+        self.lead = self.lead.max(band);
+        if !proved {
+            self.hold = self.hold.max(band);
+        }
+    }
+}
+
 /// What the denials of a failed attempt show.
 #[derive(Debug, PartialEq, Eq)]
 struct Holders {
@@ -189,15 +219,17 @@ impl Redlock {
         let mut tally = Tally::new(self.nodes.len());
         let mut replies = Replies::default();
         let mut outcomes = vec![Outcome::NoAnswer; n_nodes];
+        let mut blind = Blind::default();
         while let Some((i, node, mode, seq, r)) = pending.next().await {
-            let (vote, reading) = match r {
+            let (vote, reading, band) = match r {
                 Ok(reply) => (
                     parse_acquire(Ok(reply.items)),
                     Some((reply.run_id, reply.received)),
+                    reply.band,
                 ),
                 Err(e) => {
                     self.log_failed(&value, i);
-                    (parse_acquire(Err(e)), None)
+                    (parse_acquire(Err(e)), None, Duration::ZERO)
                 }
             };
             let proved = matches!(vote, Vote::Yes { proved: true, .. });
@@ -211,6 +243,7 @@ impl Redlock {
             }
             if counted {
                 tally.yes += 1;
+                blind.count(band, proved);
             } else {
                 tally.not_yes += 1;
             }
@@ -218,13 +251,26 @@ impl Redlock {
                 break;
             }
         }
-        let valid = math::validity(self.ttl, t1.elapsed(), self.drift);
+        let valid = math::validity(
+            self.ttl,
+            t1.elapsed() + blind.hold,
+            self.drift + blind.lead,
+        );
         if tally.decided() == Some(true) && valid.is_some() {
             // Stragglers' replies no longer matter. A command its connection had not written
             // yet is dropped with them (redis skips a command whose reply nobody awaits): that
             // node gets the key at the first renewal, which sets it where it is missing.
             drop(pending);
-            return self.won(value, replies.max_epoch, proposed, t1).await;
+            if !blind.hold.is_zero() {
+                tracing::debug!(
+                    hold_ms = blind.hold.as_secs_f64() * 1000.0,
+                    "won without a release proof on every node: leading once a step of a node's clock the watch could have missed has run out"
+                );
+                tokio::time::sleep(blind.hold).await;
+            }
+            return self
+                .won(value, replies.max_epoch, proposed, t1, blind.lead)
+                .await;
         }
         // Failed. Collect the stragglers' replies first (each bounded by the timeout): the
         // decision was made early, but telling "someone else holds a quorum" from "no quorum
@@ -271,14 +317,22 @@ impl Redlock {
         }
     }
 
-    /// A quorum granted in time: fix the term's token and make sure a quorum holds it.
-    async fn won(&self, value: String, max_epoch: u64, proposed: u64, t1: Instant) -> Acquire {
+    /// A quorum granted in time: fix the term's token and make sure a quorum holds it. `band`:
+    /// the blind band of the counted votes ([`Blind::lead`]), taken off the term's end.
+    async fn won(
+        &self,
+        value: String,
+        max_epoch: u64,
+        proposed: u64,
+        t1: Instant,
+        band: Duration,
+    ) -> Acquire {
         let token = math::next_token(max_epoch, self.epoch_seen.load(Ordering::SeqCst));
         self.epoch_seen.fetch_max(token, Ordering::SeqCst);
         let mut lease = Lease {
             value,
             token,
-            deadline: t1 + self.ttl - self.drift,
+            deadline: t1 + self.ttl - self.drift - band,
         };
         // The token must be on a quorum before this term may act. When every epoch seen in
         // this round was below the proposal, the token *is* the proposal, which each granting

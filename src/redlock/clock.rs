@@ -15,6 +15,14 @@
 //!   Its watch covers every step before its reading, this one every step after the start of
 //!   this watch, and the start came first: no step falls between the two.
 //!
+//! - **the blind band**: a step no larger than the allowance is invisible, so it is paid for
+//!   in time instead. Only a reading with a round trip within [`Policy::base_rtt_us`] becomes a
+//!   *base*; every reading is compared with every base of the last window (not only the
+//!   latest reading, so small hidden steps cannot add up from comparison to comparison), and
+//!   [`Watch::band_us`] is the largest step the comparison of that reading could have missed.
+//!   A leader ends its term that much sooner; a follower that wins a node without a release
+//!   proof starts its term that much later ([`super::acquire`], [`super::renew`]).
+//!
 //! Times are plain microseconds: node time since the Unix epoch, local time on this process's
 //! monotonic clock from any origin. That keeps the functions usable by a model checker.
 
@@ -27,6 +35,13 @@ pub struct Reading {
     pub sent_us: i64,
     /// Local monotonic µs just after the reply arrived.
     pub received_us: i64,
+}
+
+impl Reading {
+    /// The round trip, µs.
+    pub fn rtt_us(&self) -> i64 {
+        self.received_us - self.sent_us
+    }
 }
 
 /// Which way a node's clock stepped.
@@ -68,8 +83,17 @@ pub struct Policy {
     /// ttl + margin, µs: the quarantine after a jump, and how long a node must be watched
     /// before it counts.
     pub window_us: i64,
+    /// The longest round trip of a reading that may serve as a base of later comparisons
+    /// (`redis.timeout` in the binary). A slower reading is still compared, so it can reveal a
+    /// jump, but it never becomes a base: its round trip would widen every later allowance.
+    pub base_rtt_us: i64,
     /// Test-only switch: when false, no jump is ever detected and every node counts at once.
     pub enabled: bool,
+    /// Test-only switch: when false, the watch behaves as before the blind band was paid for
+    /// (5375106): the latest reading, however slow, is the only base, and [`Watch::band_us`] is
+    /// 0, so neither side of a term makes room for a step the watch missed. Always true in the
+    /// binary except under `--unsafe-disable-blind-band`.
+    pub blind_check: bool,
     /// Test-only switch for the model check: when false, a reading after a gap longer than the
     /// window is compared like any other ([`Seen::Resumed`] never happens). Always true in the
     /// binary.
@@ -96,12 +120,51 @@ impl Policy {
             drift_factor,
             slack_us: SLACK_US,
             window_us: (ttl + margin).as_micros() as i64,
+            base_rtt_us: DEFAULT_BASE_RTT_US,
             enabled,
+            blind_check: true,
             rewatch_after_gap: true,
             proof_check: true,
             attestation_check: true,
         }
     }
+
+    /// The same policy with `base_rtt` as the base bound ([`Policy::base_rtt_us`]).
+    pub fn with_base_rtt(self, base_rtt: std::time::Duration) -> Self {
+        Policy {
+            base_rtt_us: base_rtt.as_micros().max(1) as i64,
+            ..self
+        }
+    }
+
+    /// The spacing of the bases a watch keeps: a fast reading becomes a new base once the
+    /// newest is this old, so a window holds about eight.
+    fn base_spacing_us(&self) -> i64 {
+        (self.window_us / 8).max(1)
+    }
+
+    /// The largest [`Watch::band_us`] a reading of round trip `rtt_us` can have: bases within
+    /// the base bound, bases at most the window apart (a longer gap starts the watch again), and
+    /// the slack.
+    pub fn max_band_us(&self, rtt_us: i64) -> i64 {
+        if !self.enabled || !self.blind_check {
+            return 0;
+        }
+        band(self.base_rtt_us, rtt_us, self.window_us, self)
+    }
+}
+
+/// The base bound of [`Policy::new`]: the default `redis.timeout`.
+pub const DEFAULT_BASE_RTT_US: i64 = 50_000;
+
+/// The largest forward (or backward) step between a base of round trip `base_rtt_us` and a
+/// reading of round trip `rtt_us`, `gap_us` apart (the later arrival minus the earlier
+/// sending), that [`allowance`] does not reveal, beyond the rate drift over the key's life: the
+/// node read its clock anywhere within each round trip, so the allowance is wider than the true
+/// elapsed time by up to both round trips; `driftFactor` stretches the gap; plus the slack.
+fn band(base_rtt_us: i64, rtt_us: i64, gap_us: i64, p: &Policy) -> i64 {
+    let rtts = (base_rtt_us.max(0) + rtt_us.max(0)) as f64 * (1.0 + p.drift_factor);
+    (rtts + gap_us.max(0) as f64 * p.drift_factor).ceil() as i64 + p.slack_us
 }
 
 /// The range `[lo, hi]` (µs) within which the node's clock may move between two readings
@@ -181,8 +244,14 @@ pub enum Seen {
 pub struct Watch {
     /// The server the readings belong to; a new run_id starts a new watch.
     run_id: Option<String>,
-    /// The latest reading, the base for the next comparison.
+    /// The latest reading, whatever its round trip.
     last: Option<Reading>,
+    /// The bases of the current watch, oldest first: readings within the base bound, about
+    /// [`Policy::base_spacing_us`] apart, the oldest at least a window before the newest
+    /// reading. Every reading is compared with each.
+    bases: Vec<Reading>,
+    /// [`Watch::band_us`] of the latest reading.
+    band_us: i64,
     /// Local µs when the current watch began (the first reading's arrival).
     since_us: Option<i64>,
     /// End of the quarantine after the latest jump, local µs.
@@ -205,28 +274,65 @@ pub struct Watch {
 impl Watch {
     /// Take a reading of server `run_id`. Readings of one server survive reconnects; a different
     /// run_id (a restart) starts over, and so does a reading more than the window after the
-    /// previous one ([`Seen::Resumed`]): the caller must read each node's clock more often than
-    /// that to keep counting it.
+    /// newest base ([`Seen::Resumed`]): the caller must read each node's clock within the base
+    /// bound more often than that to keep counting it. A watch begins at a reading within the
+    /// base bound: until one comes, the node does not count.
     pub fn observe(&mut self, run_id: &str, r: Reading, p: &Policy) -> Seen {
-        let same_server = self.run_id.as_deref() == Some(run_id);
-        let prev = self.last.filter(|_| same_server);
-        self.last = Some(r);
-        let Some(prev) = prev else {
+        if self.run_id.as_deref() != Some(run_id) {
             self.run_id = Some(run_id.to_string());
-            self.begin(r.received_us);
+            self.bases.clear();
+            self.since_us = None;
+        }
+        self.last = Some(r);
+        // Under the test-only switch, every reading is a base (5375106).
+        let base = !p.blind_check || r.rtt_us() <= p.base_rtt_us;
+        let Some(&newest) = self.bases.last() else {
+            // No base of this server yet: the watch begins here, if this reading can be one.
+            self.band_us = p.max_band_us(r.rtt_us());
+            if base {
+                self.bases.push(r);
+                self.begin(r.received_us);
+            }
             return Seen::First;
         };
         if !p.enabled {
+            self.band_us = 0;
+            self.bases = vec![r];
             return Seen::Steady;
         }
         // Over a gap no longer than the window, the allowance hides at most ρ × window + slack
-        // of a step: within the lease's drift margin. Beyond it, start watching again.
-        let gap_us = r.received_us - prev.sent_us;
+        // of a step beyond the round trips: paid for in the band. Beyond it, start watching
+        // again.
+        let gap_us = r.received_us - newest.sent_us;
         let resumed = p.rewatch_after_gap && gap_us > p.window_us;
-        if resumed {
-            self.begin(r.received_us);
+        self.band_us = self.band_of(&r, p);
+        // The largest step any base reveals.
+        let jump = self
+            .bases
+            .iter()
+            .filter_map(|b| check(b, &r, p))
+            .max_by_key(|j| j.size_us);
+        if resumed || jump.is_some() {
+            // The bases no longer describe the node's clock: this reading (if it can be one)
+            // is the only base; after a long gap the watch begins again from it.
+            self.bases.clear();
+            if base {
+                self.bases.push(r);
+            }
+            if resumed {
+                match base {
+                    true => self.begin(r.received_us),
+                    false => self.since_us = None,
+                }
+            } else if !base {
+                // A jump seen by a slow reading: the next base starts a new watch, so that no
+                // step between this reading and it goes uncompared.
+                self.since_us = None;
+            }
+        } else if base {
+            self.keep_base(r, p);
         }
-        match check(&prev, &r, p) {
+        match jump {
             None if resumed => Seen::Resumed { gap_us },
             None => Seen::Steady,
             Some(jump) => {
@@ -238,6 +344,52 @@ impl Watch {
                 Seen::Jumped { jump, until_us }
             }
         }
+    }
+
+    /// The band of reading `r` against the current bases: the slowest base, `r`'s own round
+    /// trip, and the widest gap between consecutive bases (or the newest and `r`). A step after
+    /// any base and before `r` larger than that is revealed by the comparison with the last
+    /// base before it.
+    fn band_of(&self, r: &Reading, p: &Policy) -> i64 {
+        if !p.enabled || !p.blind_check {
+            return 0;
+        }
+        let slowest = self.bases.iter().map(Reading::rtt_us).max().unwrap_or(0);
+        let mut widest = 0;
+        let mut prev: Option<&Reading> = None;
+        for b in self.bases.iter().chain(std::iter::once(r)) {
+            if let Some(a) = prev {
+                widest = widest.max(b.received_us - a.sent_us);
+            }
+            prev = Some(b);
+        }
+        band(slowest, r.rtt_us(), widest, p)
+    }
+
+    /// Keep base `r`: once the newest is [`Policy::base_spacing_us`] old (under the test-only
+    /// switch, always, as the only one); then drop the bases a window older than another.
+    fn keep_base(&mut self, r: Reading, p: &Policy) {
+        if !p.blind_check {
+            self.bases = vec![r];
+            return;
+        }
+        let newest = self.bases.last().map_or(i64::MIN, |b| b.received_us);
+        if r.received_us.saturating_sub(newest) < p.base_spacing_us() {
+            return;
+        }
+        self.bases.push(r);
+        let horizon = r.received_us - p.window_us;
+        while self.bases.len() > 1 && self.bases[1].received_us <= horizon {
+            self.bases.remove(0);
+        }
+    }
+
+    /// The largest step of the node's clock since any base that the latest reading may have
+    /// missed, µs (0 under the test-only switch or with detection off): what a term that
+    /// counted this reading must make room for, beyond the rate drift. A reading with no base
+    /// before it has the largest band its round trip allows ([`Policy::max_band_us`]).
+    pub fn band_us(&self) -> i64 {
+        self.band_us
     }
 
     /// A watch begins at local `received_us`: what the previous one earned goes.

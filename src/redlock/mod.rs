@@ -115,11 +115,13 @@ impl Redlock {
                 clock::Policy {
                     proof_check: !config.unsafe_switches.release_proof_check_off,
                     attestation_check: !config.unsafe_switches.attestation_check_off,
+                    blind_check: !config.unsafe_switches.blind_band_off,
                     ..clock::Policy::new(
                         config.lease.ttl,
                         config.lease.drift_factor,
                         !config.unsafe_switches.clock_check_off,
                     )
+                    .with_base_rtt(config.redis.timeout)
                 },
                 node::Shared {
                     metrics: metrics.clone(),

@@ -1,6 +1,8 @@
 //! The renew round: extend the key (healing it where a node lost it) and assert the term's
 //! fencing token, decided at the quorum-th counting yes.
 
+use std::time::Duration;
+
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redis::Value;
@@ -28,11 +30,16 @@ impl Redlock {
             .enumerate()
             .map(|(i, n)| {
                 let seq = self.log_sent(&lease.value, i, n_nodes);
-                async move { (i, n, seq, n.eval(renew, &keys, &args).await) }
+                async move { (i, n, seq, n.eval_read(renew, &keys, &args).await) }
             })
             .collect();
         let mut tally = Tally::new(self.nodes.len());
+        // The largest blind band of the counted replies: the term ends that much sooner
+        // ([`super::acquire::Blind`]).
+        let mut band = Duration::ZERO;
         while let Some((i, node, seq, r)) = pending.next().await {
+            let reply_band = r.as_ref().map_or(Duration::ZERO, |reply| reply.band);
+            let r = r.map(|reply| reply.items);
             let counted = match r.as_deref() {
                 Ok([Value::Int(1 | 2)]) if node.counts(Instant::now()) => true,
                 Ok([Value::Int(0)]) => {
@@ -47,6 +54,7 @@ impl Redlock {
             }
             if counted {
                 tally.yes += 1;
+                band = band.max(reply_band);
             } else {
                 tally.not_yes += 1;
             }
@@ -55,8 +63,8 @@ impl Redlock {
             }
         }
         let ok = tally.decided() == Some(true)
-            && math::validity(self.ttl, t1.elapsed(), self.drift).is_some();
+            && math::validity(self.ttl, t1.elapsed(), self.drift + band).is_some();
         self.metrics.renewal(ok);
-        ok.then(|| t1 + self.ttl - self.drift)
+        ok.then(|| t1 + self.ttl - self.drift - band)
     }
 }

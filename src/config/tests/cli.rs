@@ -168,6 +168,7 @@ fn hidden_test_only_switches() {
         no_named_successor: true,
         release_proof_check_off: false,
         attestation_check_off: false,
+        blind_band_off: false,
         no_attestations: false,
     };
     assert_eq!(c.unsafe_switches, want);

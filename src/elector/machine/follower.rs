@@ -251,6 +251,14 @@ impl Machine {
         if let Some(at) = self.quorum_counts_soon(cx) {
             self.schedule.next_attempt = at.min(now + retry);
         }
+        // What denied this attempt (reservations for a named successor, keys about to expire)
+        // ends at a known moment, the scripts' PTTL: try again then, not a retry period later.
+        // (A releaser descheduled between its nodes writes the reservations up to a scheduling
+        // delay apart; an attempt one grace after the first copy can meet the later ones.)
+        if let Some(free_in) = obs.free_in {
+            let at = now + free_in + jitter_with(cx.rng, EXPIRY_JITTER);
+            self.schedule.next_attempt = self.schedule.next_attempt.min(at);
+        }
     }
 
     /// Say once, at info, when a quorum of nodes does not count this sidecar's votes (and why,

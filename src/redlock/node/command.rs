@@ -52,6 +52,9 @@ pub struct Reply {
     pub run_id: Arc<str>,
     /// When the reply arrived.
     pub received: Instant,
+    /// The reading's blind band ([`crate::redlock::clock::Watch::band_us`]): a vote counted at
+    /// this reading must make room for a step of the node's clock this large.
+    pub band: std::time::Duration,
 }
 
 impl Node {
@@ -85,12 +88,13 @@ impl Node {
             match items.first() {
                 Some(&Value::Int(node_us)) => {
                     let received = Instant::now();
-                    self.observe(&run_id, node_us, started, received);
+                    let band = self.observe(&run_id, node_us, started, received);
                     items.remove(0);
                     Ok(Reply {
                         items,
                         run_id,
                         received,
+                        band,
                     })
                 }
                 _ => Err(CommandError::Malformed),

@@ -55,16 +55,29 @@ pub(super) struct Health {
 
 impl Node {
     /// Take a reading of the node's clock; a jump quarantines the node (logged and counted).
-    pub(super) fn observe(&self, run_id: &str, node_us: i64, sent: Instant, received: Instant) {
+    /// Returns the reading's blind band ([`clock::Watch::band_us`]): the largest step of the
+    /// node's clock this reading may have missed.
+    pub(super) fn observe(
+        &self,
+        run_id: &str,
+        node_us: i64,
+        sent: Instant,
+        received: Instant,
+    ) -> std::time::Duration {
         let reading = Reading {
             node_us,
             sent_us: mono_us(sent),
             received_us: mono_us(received),
         };
-        let seen = {
+        let (seen, band_us) = {
             let mut h = lock(&self.health);
-            h.last_reading = h.last_reading.max(Some(sent));
-            h.clock.observe(run_id, reading, &self.clock_policy)
+            // Only a reading that can be a base keeps the maintenance task from reading the
+            // clock itself: a slow reply must not stretch the gap between bases.
+            if reading.rtt_us() <= self.clock_policy.base_rtt_us {
+                h.last_reading = h.last_reading.max(Some(sent));
+            }
+            let seen = h.clock.observe(run_id, reading, &self.clock_policy);
+            (seen, h.clock.band_us())
         };
         if matches!(seen, Seen::First | Seen::Resumed { .. }) {
             // A watch began: the attestation task asks for a vouch of it.
@@ -88,6 +101,7 @@ impl Node {
             );
             self.metrics.clock_jump(&self.endpoint.name, direction);
         }
+        std::time::Duration::from_micros(band_us.max(0) as u64)
     }
 
     /// Take a fresh INFO reading: classify the node, keeping a running quarantine, and log

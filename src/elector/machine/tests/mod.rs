@@ -286,6 +286,37 @@ fn a_follower_watches_while_someone_holds_the_lease_and_split_votes_retry_fast()
 }
 
 #[test]
+fn an_attempt_denied_by_reservations_retries_when_they_expire_not_a_retry_later() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    b.fire();
+    b.feed(Event::Watched {
+        held: None,
+        candidates: None,
+    });
+    // Past the fast retries of a split vote, a loss to reservations that end in 40 ms retries
+    // at their end (+ 1..8 ms), not at the retry period (750..1250 ms).
+    for _ in 0..=FAST_RETRIES {
+        b.feed(Event::Attempted {
+            outcome: Acquire::NoQuorum(Observed::default()),
+            candidates: Some(vec![]),
+        });
+        b.fire();
+    }
+    let at = b.now;
+    b.feed(Event::Attempted {
+        outcome: Acquire::NoQuorum(Observed {
+            holder: None,
+            free_in: Some(40 * MS),
+        }),
+        candidates: Some(vec![]),
+    });
+    let wait = b.m.poll_timeout().unwrap() - at;
+    assert!(wait >= 41 * MS && wait < 48 * MS, "{wait:?}");
+    assert_eq!(attempts(&b.fire()), [false]);
+}
+
+#[test]
 fn a_follower_acts_at_once_when_a_quorum_counts_sooner_than_its_watch_said() {
     let mut b = Bench::new(Prefer::None);
     b.follow("old");
