@@ -80,6 +80,11 @@ pub struct UnsafeSwitches {
     /// latest reading is compared, and terms make no room for a step the watch could miss.
     #[arg(long = "unsafe-disable-blind-band", hide = true)]
     pub blind_band_off: bool,
+    /// `--unsafe-disable-reconnect-taint`: the release proof trusts a node whose lock command
+    /// went out on a connection since replaced (a dropped straggler may still run there), and
+    /// a renewal heals a missing key over a reservation for someone else.
+    #[arg(long = "unsafe-disable-reconnect-taint", hide = true)]
+    pub reconnect_taint_off: bool,
     /// `--no-attestations`: this sidecar neither asks for nor gives attestations of its clock
     /// watches, so a fresh one waits the whole window (ttl + margin) unless a release proof
     /// serves. Not a safety mechanism (fewer votes count early, never more); here so tests and
@@ -106,6 +111,9 @@ impl UnsafeSwitches {
         }
         if self.attestation_check_off {
             w.push("--unsafe-disable-attestation-check: this sidecar vouches for nodes it does not count; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.reconnect_taint_off {
+            w.push("--unsafe-disable-reconnect-taint: the release proof may vouch for a node a straggler can still reach; mutual exclusion is NOT guaranteed (tests only)");
         }
         if self.blind_band_off {
             w.push("--unsafe-disable-blind-band: clock steps within the watch's allowance shorten leases unpaid; mutual exclusion is NOT guaranteed (tests only)");

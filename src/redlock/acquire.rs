@@ -205,13 +205,13 @@ impl Redlock {
                     Mode::Take | Mode::Proof => proposed_arg.as_str(),
                     Mode::Spare | Mode::Probe => "0",
                 };
-                let seq = self.log_sent(&value, i, n_nodes);
+                let (seq, generation) = self.log_sent(&value, i, n_nodes);
                 let (value, ttl_ms) = (&value, ttl_ms.as_str());
                 async move {
                     let keys =
                         [&self.key, &self.epoch_key, &self.reservation_key].map(String::as_str);
                     let args = [value.as_str(), ttl_ms, proposed, mode.arg(n), identity];
-                    let r = n.eval_read(acquire, &keys, &args).await;
+                    let r = n.eval_read_on(generation, acquire, &keys, &args).await;
                     (i, n, mode, seq, r)
                 }
             })
@@ -251,11 +251,7 @@ impl Redlock {
                 break;
             }
         }
-        let valid = math::validity(
-            self.ttl,
-            t1.elapsed() + blind.hold,
-            self.drift + blind.lead,
-        );
+        let valid = math::validity(self.ttl, t1.elapsed() + blind.hold, self.drift + blind.lead);
         if tally.decided() == Some(true) && valid.is_some() {
             // Stragglers' replies no longer matter. A command its connection had not written
             // yet is dropped with them (redis skips a command whose reply nobody awaits): that

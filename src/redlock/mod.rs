@@ -95,6 +95,10 @@ pub struct Redlock {
     watched_holder: std::sync::Mutex<String>,
     /// Notified when a node begins to count sooner than its clock watch said (an attestation).
     counting: Arc<tokio::sync::Notify>,
+    /// Test-only `--unsafe-disable-reconnect-taint`: lock commands are not bound to a
+    /// connection, a reconnect does not taint a node with a command out, and a renewal heals
+    /// a missing key over a reservation for someone else (5375106).
+    reconnect_taint_off: bool,
 }
 
 impl Redlock {
@@ -149,6 +153,7 @@ impl Redlock {
             term_log: std::sync::Mutex::new(proof::TermLog::default()),
             watched_holder: std::sync::Mutex::new(String::new()),
             counting,
+            reconnect_taint_off: config.unsafe_switches.reconnect_taint_off,
         })
     }
 
@@ -202,8 +207,19 @@ impl Redlock {
     }
 
     /// A lock command carrying `value` goes to node `i` of `n`.
-    fn log_sent(&self, value: &str, i: usize, n: usize) -> u64 {
-        self.term_log().sent(value, i, n)
+    /// Returns its sequence number and the connection it must go out on
+    /// ([`node::Node::eval_read_on`]): the current one, bound so that the log knows which
+    /// connection each command is on. Under the test-only `--unsafe-disable-reconnect-taint`,
+    /// neither: every connection is logged as one, as before.
+    fn log_sent(&self, value: &str, i: usize, n: usize) -> (u64, Option<u64>) {
+        if self.reconnect_taint_off {
+            return (self.term_log().sent(value, i, n, 0), None);
+        }
+        let generation = self.nodes[i].generation();
+        (
+            self.term_log().sent(value, i, n, generation),
+            Some(generation),
+        )
     }
 
     /// Its reply arrived; `counted`: the yes counted toward a quorum.

@@ -12,8 +12,12 @@
 //!   latest one counted ([`TermLog`]): no straggler of its own can still arrive and re-create
 //!   its key on the node (a renewal heals a missing key) after somebody else's key vanished
 //!   there. Commands on one connection run in order, so one answered command proves that every
-//!   earlier one on that connection has run; a failed or timed-out command taints the node for
-//!   the rest of the term (it may still run later, on a connection the client already gave up).
+//!   earlier one on *that connection* has run; a failed or timed-out command taints the node for
+//!   the rest of the term (it may still run later, on a connection the client already gave up),
+//!   and so does a command sent on a new connection while one on an older connection is still
+//!   unanswered (a straggler the round dropped, then a reconnect: the client may still write
+//!   it, and Redis may still run it, after the new connection's replies). Each command is bound
+//!   to the connection it was logged on ([`super::node::Node::eval_read_on`]).
 //!
 //! The successor's grant consumes the proof in the same atomic step as its `SET NX`, and the
 //! reservation that carries it denies everyone else meanwhile, so between the release and the
@@ -31,6 +35,8 @@ pub struct NodeLog {
     counted: bool,
     /// A command failed or timed out: the node gives no proof for the rest of the term.
     tainted: bool,
+    /// The connection (generation) the commands still unanswered went out on.
+    generation: u64,
 }
 
 /// The lock commands of one lease value (one term, or one attempt) on every node.
@@ -52,9 +58,15 @@ impl TermLog {
         &mut self.nodes
     }
 
-    /// A lock command carrying `value` goes to node `i` of `n`; returns its sequence number.
-    pub fn sent(&mut self, value: &str, i: usize, n: usize) -> u64 {
+    /// A lock command carrying `value` goes to node `i` of `n` on its connection `generation`;
+    /// returns its sequence number. While an earlier command is unanswered on another
+    /// connection, the node is tainted: no reply on this one says whether that one has run.
+    pub fn sent(&mut self, value: &str, i: usize, n: usize, generation: u64) -> u64 {
         let node = &mut self.for_value(value, n)[i];
+        if node.answered < node.sent && node.generation != generation {
+            node.tainted = true;
+        }
+        node.generation = generation;
         node.sent += 1;
         node.sent
     }
@@ -121,9 +133,9 @@ mod tests {
     #[test]
     fn a_node_proves_only_when_every_command_was_answered_and_the_last_counted() {
         let mut log = TermLog::default();
-        let a = log.sent("v", 0, 3);
-        let b = log.sent("v", 1, 3);
-        let c = log.sent("v", 2, 3);
+        let a = log.sent("v", 0, 3, 1);
+        let b = log.sent("v", 1, 3, 1);
+        let c = log.sent("v", 2, 3, 1);
         log.answered("v", 0, a, true);
         log.answered("v", 1, b, false);
         // Node 2's reply is still out (a straggler of a round decided early).
@@ -145,20 +157,37 @@ mod tests {
             "the node does not count now"
         );
         // A later command answered settles the earlier one (one connection runs in order).
-        let c2 = log.sent("v", 2, 3);
+        let c2 = log.sent("v", 2, 3, 1);
         log.answered("v", 2, c2, true);
         assert!(may_prove(&log, "v", 2, true, true));
         // An old reply arriving after a newer one does not change what the newer one said.
         log.answered("v", 2, c, false);
         assert!(may_prove(&log, "v", 2, true, true));
         // A failure taints the node for the rest of the term.
-        let a2 = log.sent("v", 0, 3);
+        let a2 = log.sent("v", 0, 3, 1);
         log.failed("v", 0);
         log.answered("v", 0, a2 + 1, true);
         assert!(!may_prove(&log, "v", 0, true, true));
+        // A straggler dropped on connection 1, then a command on connection 2: whatever the
+        // new connection answers, the old command may still run after it.
+        let mut log = TermLog::default();
+        let _straggler = log.sent("v", 1, 3, 1);
+        let fresh = log.sent("v", 1, 3, 2);
+        log.answered("v", 1, fresh, true);
+        assert!(
+            !may_prove(&log, "v", 1, true, true),
+            "reconnect with a command out"
+        );
+        // Every command answered before the reconnect: the new connection settles the node.
+        let mut log = TermLog::default();
+        let a = log.sent("v", 0, 3, 1);
+        log.answered("v", 0, a, true);
+        let b = log.sent("v", 0, 3, 2);
+        log.answered("v", 0, b, true);
+        assert!(may_prove(&log, "v", 0, true, true));
         // Another value is another term: nothing is known of it.
         assert!(!may_prove(&log, "w", 2, true, true));
-        log.sent("w", 2, 3);
+        log.sent("w", 2, 3, 1);
         assert!(!may_prove(&log, "v", 2, true, true), "the log moved on");
     }
 }

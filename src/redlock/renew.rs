@@ -20,7 +20,14 @@ impl Redlock {
         let ttl_ms = self.ttl.as_millis().to_string();
         let token = lease.token.to_string();
         let renew = &scripts().renew;
-        let keys = [self.key.as_str(), self.epoch_key.as_str()];
+        // Under the test-only `--unsafe-disable-reconnect-taint`, a reservation key that never
+        // exists: a renewal heals a missing key whatever is reserved (5375106).
+        let unreserved = format!("{}:unsafe-no-reservation", self.key);
+        let reservation = match self.reconnect_taint_off {
+            true => unreserved.as_str(),
+            false => self.reservation_key.as_str(),
+        };
+        let keys = [self.key.as_str(), self.epoch_key.as_str(), reservation];
         let args = [lease.value.as_str(), &ttl_ms, &token];
         let t1 = Instant::now();
         let n_nodes = self.nodes.len();
@@ -29,8 +36,9 @@ impl Redlock {
             .iter()
             .enumerate()
             .map(|(i, n)| {
-                let seq = self.log_sent(&lease.value, i, n_nodes);
-                async move { (i, n, seq, n.eval_read(renew, &keys, &args).await) }
+                let (seq, generation) = self.log_sent(&lease.value, i, n_nodes);
+                let r = n.eval_read_on(generation, renew, &keys, &args);
+                async move { (i, n, seq, r.await) }
             })
             .collect();
         let mut tally = Tally::new(self.nodes.len());

@@ -83,9 +83,12 @@ return {now, 0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), e
 "#
 );
 
-/// Renew and assert the fencing epoch. KEYS: lock, epoch. ARGV: value, ttl_ms, token.
-/// Ours → PEXPIRE, `{now, 1}`. Missing (the node lost it: restart) → healed with SET NX,
-/// `{now, 2}`. Someone else's → `{now, 0}`. On 1 or 2 the epoch is raised to the token if lower
+/// Renew and assert the fencing epoch. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
+/// token. Ours → PEXPIRE, `{now, 1}`. Missing (the node lost it: restart) → healed with SET NX,
+/// `{now, 2}`, unless a release reserved the node for a successor: then `{now, 3}`, nothing
+/// written (a renewal that arrives late, after its own release, must not re-create the
+/// releaser's key over the successor's reservation and make the release proof false).
+/// Someone else's → `{now, 0}`. On 1 or 2 the epoch is raised to the token if lower
 /// (set-if-greater).
 pub const RENEW: &str = concat!(
     now_us!(),
@@ -95,6 +98,9 @@ if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   r = 1
 elseif not v then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return {now, 3}
+  end
   redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   r = 2
 else

@@ -169,6 +169,7 @@ fn hidden_test_only_switches() {
         release_proof_check_off: false,
         attestation_check_off: false,
         blind_band_off: false,
+        reconnect_taint_off: false,
         no_attestations: false,
     };
     assert_eq!(c.unsafe_switches, want);

@@ -438,14 +438,22 @@ fn the_band_is_both_round_trips_the_gap_drift_and_the_slack() {
     let p = suite_policy();
     let mut w = Watch::default();
     w.observe("a", reading(0, 2 * MS, 0), &p);
-    assert_eq!(w.band_us(), p.max_band_us(2 * MS), "no base before the first");
+    assert_eq!(
+        w.band_us(),
+        p.max_band_us(2 * MS),
+        "no base before the first"
+    );
     w.observe("a", reading(300 * MS, 3 * MS, 0), &p);
     // Slowest base 2 ms + this reading's 3 ms, stretched by 1 %, + 1 % of the 303 ms gap + 1 ms.
     let want = ((5 * MS) as f64 * 1.01 + (303 * MS) as f64 * 0.01).ceil() as i64 + MS;
     assert_eq!(w.band_us(), want);
     // A slow reading's band counts its own round trip; the bases stay fast.
     w.observe("a", reading(600 * MS, 60 * MS, 0), &p);
-    assert!(w.band_us() > 63 * MS && w.band_us() < 70 * MS, "{}", w.band_us());
+    assert!(
+        w.band_us() > 63 * MS && w.band_us() < 70 * MS,
+        "{}",
+        w.band_us()
+    );
     w.observe("a", reading(900 * MS, 3 * MS, 0), &p);
     assert!(w.band_us() < 20 * MS, "{}", w.band_us());
     // The worst case the validator plans for: both round trips at the base bound, a gap of a

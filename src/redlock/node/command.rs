@@ -78,36 +78,64 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Reply, CommandError> {
+        self.eval_read_on(None, script, keys, args).await
+    }
+
+    /// [`Node::eval_read`] on connection `generation` ([`Node::generation`]) only: when another
+    /// connection has replaced it, [`CommandError::NotConnected`]. A lock command is bound to
+    /// the connection its term log counted it on ([`crate::redlock::proof`]).
+    pub async fn eval_read_on(
+        &self,
+        generation: Option<u64>,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Reply, CommandError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
         let started = Instant::now();
-        let result = self.run(&cmd).await.and_then(|(value, run_id)| {
-            let Value::Array(mut items) = value else {
-                return Err(CommandError::Malformed);
-            };
-            match items.first() {
-                Some(&Value::Int(node_us)) => {
-                    let received = Instant::now();
-                    let band = self.observe(&run_id, node_us, started, received);
-                    items.remove(0);
-                    Ok(Reply {
-                        items,
-                        run_id,
-                        received,
-                        band,
-                    })
+        let result = self
+            .run(&cmd, generation)
+            .await
+            .and_then(|(value, run_id)| {
+                let Value::Array(mut items) = value else {
+                    return Err(CommandError::Malformed);
+                };
+                match items.first() {
+                    Some(&Value::Int(node_us)) => {
+                        let received = Instant::now();
+                        let band = self.observe(&run_id, node_us, started, received);
+                        items.remove(0);
+                        Ok(Reply {
+                            items,
+                            run_id,
+                            received,
+                            band,
+                        })
+                    }
+                    _ => Err(CommandError::Malformed),
                 }
-                _ => Err(CommandError::Malformed),
-            }
-        });
+            });
         self.record(script.name, started, &result);
         result
     }
 
-    async fn run(&self, cmd: &redis::Cmd) -> Result<(Value, Arc<str>), CommandError> {
-        let Some(Verified { mut conn, run_id }) = lock(&self.conn).clone() else {
+    async fn run(
+        &self,
+        cmd: &redis::Cmd,
+        generation: Option<u64>,
+    ) -> Result<(Value, Arc<str>), CommandError> {
+        let Some(Verified {
+            mut conn,
+            run_id,
+            generation: current,
+        }) = lock(&self.conn).clone()
+        else {
             return Err(CommandError::NotConnected);
         };
+        if generation.is_some_and(|g| g != current) {
+            return Err(CommandError::NotConnected);
+        }
         match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut conn)).await {
             Err(_) => Err(CommandError::Timeout),
             Ok(Err(e)) => {

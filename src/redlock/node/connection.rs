@@ -2,6 +2,7 @@
 //! backoff, and the watcher that re-reads INFO and the node's clock while connected.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -39,6 +40,9 @@ pub(super) struct Verified {
     pub(super) conn: MultiplexedConnection,
     /// run_id of the server, from the handshake's INFO: the clock readings' owner.
     pub(super) run_id: Arc<str>,
+    /// Which connection of this node it is ([`Node::generation`]): commands on one connection
+    /// run in order, on two in any order.
+    pub(super) generation: u64,
 }
 
 /// The reply to a refresh pipeline: `[INFO,] [TIME]`.
@@ -205,7 +209,9 @@ impl Node {
     /// Read what is due (INFO, the node's clock) in one round trip; a reply of the wrong shape
     /// or none drops the connection.
     async fn refresh(&self, verified: Verified, due: Due, info_read: &mut Option<Instant>) {
-        let Verified { mut conn, run_id } = verified;
+        let Verified {
+            mut conn, run_id, ..
+        } = verified;
         let sent = Instant::now();
         let mut refresh = redis::pipe();
         if due.info {
@@ -253,6 +259,7 @@ impl Node {
         *lock(&self.conn) = Some(Verified {
             conn: done.conn,
             run_id: info.run_id.into(),
+            generation: self.generation.fetch_add(1, Ordering::SeqCst) + 1,
         });
         self.metrics.set_redis_up(&self.endpoint.name, true);
         // A new connection often means a new watch: ask for a vouch now, not a refresh later.

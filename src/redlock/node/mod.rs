@@ -27,7 +27,7 @@ pub use command::{CommandError, Reply};
 pub use health::Wait;
 pub use info::{Exclusion, Info, Quarantine, classify, classify_at, counts_from_at, parse_info};
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -91,6 +91,8 @@ pub struct Node {
     subscribe_failures: FailureLog,
     /// The verified connection, if any.
     conn: Mutex<Option<Verified>>,
+    /// How many connections were verified so far: the latest one's generation.
+    generation: AtomicU64,
     /// Handshake results.
     health: Mutex<Health>,
     /// Wakes the maintenance task when a command saw the connection break.
@@ -150,6 +152,7 @@ impl Node {
             endpoint,
             connector,
             conn: Mutex::new(None),
+            generation: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
             broken: Notify::new(),
             subscribed: AtomicBool::new(false),
@@ -164,6 +167,12 @@ impl Node {
             clock_policy,
             metrics,
         }))
+    }
+
+    /// The generation of the current connection (0 before the first): a lock command bound to
+    /// it ([`Node::eval_read_on`]) goes out on that connection or not at all.
+    pub fn generation(&self) -> u64 {
+        lock(&self.conn).as_ref().map_or(0, |v| v.generation)
     }
 
     /// The `host:port` name.
