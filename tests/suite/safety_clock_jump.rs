@@ -344,3 +344,87 @@ fn fresh_successor_counts_only_nodes_the_release_proves() {
          (led {led:?}, watch {watch_left:?} left)\n{logs}"
     );
 }
+
+/// Issue 34's first trace, at the suite's settings (ttl 1 s, `redis.timeout` 50 ms). Follower
+/// B's links to nodes 0 and 1 get 300 ms of request latency: its scripts time out there, but its
+/// maintenance `TIME` reads succeed with a 300 ms request leg. Leader A renews, then its links to
+/// nodes 0 and 1 are cut; nodes 0 and 1 step 200 ms forward and B's latency ends. A's keys there
+/// expire 200 ms early, at about T + 800 ms, while A answers "leader" until about T + 988 ms.
+///
+/// Before the blind band was paid for, B's slow readings were the bases of its next comparisons
+/// and their 300 ms allowance hid the step: B counted the nodes, won them at their early expiry
+/// and led beside A. Now a slow reading is never a base: after a slow phase shorter than the
+/// window the fast reading that follows is compared with the fast base before it, and after a
+/// longer one the watch begins again. `slow_for`: how long B's links stay slow.
+fn slow_readings_then_a_step(defence: bool, slow_for: Duration) -> (Report, f64, String) {
+    let nodes = nodes();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let proxy = fault::proxy::Proxy::new(2, &ports);
+    let mut o = opts(true);
+    if !defence {
+        o.extra.push("--unsafe-disable-blind-band".into());
+    }
+    let a = Sidecar::start_urls("a", &proxy.urls(0), &o);
+    settled_leader(&[&a]);
+    let b = Sidecar::start_urls("b", &proxy.urls(1), &o);
+    b.wait_eligible(TTL * 4);
+    let checker = Checker::start(&[a.api_port, b.api_port]);
+    let slow = fault::proxy::LinkFault {
+        latency: Duration::from_millis(300),
+        blackhole: false,
+    };
+    proxy.set(1, 0, slow);
+    proxy.set(1, 1, slow);
+    std::thread::sleep(slow_for);
+    just_after_renewal(&nodes[0]);
+    let cut = fault::proxy::LinkFault {
+        latency: Duration::ZERO,
+        blackhole: true,
+    };
+    proxy.set(0, 0, cut);
+    proxy.set(0, 1, cut);
+    nodes[0].jump_clock(200);
+    nodes[1].jump_clock(200);
+    proxy.reset(1, 0);
+    proxy.reset(1, 1);
+    proxy.set(1, 0, fault::proxy::LinkFault::default());
+    proxy.set(1, 1, fault::proxy::LinkFault::default());
+    std::thread::sleep(Duration::from_secs(3));
+    let (r, logs) = outcome(checker, &[&a, &b]);
+    (r, jumps(&b), logs)
+}
+
+#[test]
+fn a_step_behind_slow_readings_shortens_no_lease() {
+    for slow_for in [Duration::from_millis(600), Duration::from_secs(2)] {
+        let (safe, jumps_b, logs) = slow_readings_then_a_step(true, slow_for);
+        assert!(
+            safe.overlaps.is_empty(),
+            "S1 violated with the blind band paid for ({slow_for:?} of slow readings):\n{}{logs}",
+            describe(&safe)
+        );
+        assert!(safe.token_violations.is_empty(), "S2:\n{}", describe(&safe));
+        report(
+            &format!("jumps b counted after {slow_for:?} of slow readings, then +200 ms"),
+            jumps_b,
+        );
+    }
+    // With the switch, B's watch misses the step and B leads beside A. A scheduling hiccup
+    // (B attempting after A's deadline) can spoil a run: allow three.
+    let mut found = None;
+    for attempt in 1..=3 {
+        let (r, jumps_b, logs) = slow_readings_then_a_step(false, Duration::from_secs(2));
+        if let Some(o) = r.overlaps.first() {
+            found = Some((attempt, o.to.saturating_sub(o.from), jumps_b));
+            break;
+        }
+        eprintln!("attempt {attempt} with the blind band unpaid found no overlap:\n{logs}");
+    }
+    let (attempt, overlap, jumps_b) =
+        found.expect("with --unsafe-disable-blind-band the checker must find two leaders");
+    report("attempts to show the hazard (blind band unpaid)", attempt);
+    report(
+        "overlap with the blind band unpaid (b's jump count)",
+        format!("{overlap:?} ({jumps_b})"),
+    );
+}
