@@ -9,7 +9,11 @@
 //! later), restart a node empty at once, SIGSTOP/SIGCONT a node, latency toward a node (below and
 //! above `redis.timeout`), blackhole a node, partition one sidecar from 1–3 nodes, reset a
 //! node's connections, step a node's wall clock forward or backward by 0.5–60 s (on one node up
-//! to a majority at once; every node runs under the clockshift library). Faults overlap; at most three nodes and two sidecars are impaired at
+//! to a majority at once; every node runs under the clockshift library), step 1–3 nodes' clocks
+//! by only 10–300 ms forward or backward at the end of a 100–450 ms latency spike toward them
+//! (one sidecar's links or every sidecar's: the steps the clock watch can miss, issue 34), and
+//! reset a node's connections just after a renewal was seen on it (stragglers of a round
+//! decided early, then a reconnect). Faults overlap; at most three nodes and two sidecars are impaired at
 //! once, so majority outages happen but do not dominate. Sidecar faults are aimed at the
 //! current leader 60% of the time, so terms change often. The seed fixes the sequence of fault
 //! kinds, targets and durations; which sidecar leads when a fault is aimed at "the leader"
@@ -68,9 +72,23 @@ enum Proc {
 /// A fault on proxy links, in force until healed.
 #[derive(Clone, Debug)]
 enum LinkRule {
-    Latency { node: usize, latency: Duration },
-    Blackhole { node: usize },
-    Partition { sidecar: usize, nodes: Vec<usize> },
+    Latency {
+        node: usize,
+        latency: Duration,
+    },
+    Blackhole {
+        node: usize,
+    },
+    Partition {
+        sidecar: usize,
+        nodes: Vec<usize>,
+    },
+    /// Latency on these sidecars' links to these nodes (a spike before a small clock step).
+    Spike {
+        sidecars: Vec<usize>,
+        nodes: Vec<usize>,
+        latency: Duration,
+    },
 }
 
 /// What a scheduled heal does.
@@ -81,6 +99,12 @@ enum Heal {
     StartNode(usize),
     ContNode(usize),
     EndRule(u64),
+    /// End the spike `rule`, and step these nodes' clocks by `delta_ms`.
+    SmallStep {
+        rule: u64,
+        nodes: Vec<usize>,
+        delta_ms: i64,
+    },
     /// Nothing changes but the availability snapshot (a quarantine ended).
     Snapshot,
 }
@@ -143,6 +167,13 @@ impl World {
                 LinkRule::Partition { sidecar, nodes } if *sidecar == s && nodes.contains(&n) => {
                     f.blackhole = true
                 }
+                LinkRule::Spike {
+                    sidecars,
+                    nodes,
+                    latency,
+                } if sidecars.contains(&s) && nodes.contains(&n) => {
+                    f.latency = f.latency.max(*latency)
+                }
                 _ => {}
             }
         }
@@ -169,6 +200,13 @@ impl World {
                         LinkRule::Latency { node, latency } => *node == n && *latency >= TIMEOUT,
                         LinkRule::Blackhole { node } => *node == n,
                         LinkRule::Partition { .. } => false,
+                        LinkRule::Spike {
+                            sidecars,
+                            nodes,
+                            latency,
+                        } => {
+                            sidecars.len() == SIDECARS && nodes.contains(&n) && *latency >= TIMEOUT
+                        }
                     })
             })
             .count()
@@ -234,6 +272,29 @@ impl World {
                     self.note(format!("healed {rule:?}"));
                 }
             }
+            Heal::SmallStep {
+                rule,
+                nodes,
+                delta_ms,
+            } => {
+                if let Some(i) = self.rules.iter().position(|(r, _)| *r == rule) {
+                    self.rules.remove(i);
+                    self.apply_links();
+                }
+                for &n in &nodes {
+                    self.nodes[n].jump_clock(delta_ms);
+                    self.node_jumped[n] = Instant::now();
+                }
+                self.schedule(WATCH + Duration::from_millis(10), Heal::Snapshot);
+                self.count(if delta_ms > 0 {
+                    "node clock step forward < 300 ms"
+                } else {
+                    "node clock step backward < 300 ms"
+                });
+                self.note(format!(
+                    "spike ended; nodes {nodes:?} clock step {delta_ms} ms"
+                ));
+            }
             Heal::Snapshot => {}
         }
         self.snapshot();
@@ -269,7 +330,7 @@ impl World {
 
     /// Inject one random fault, if the chosen one is possible now.
     fn inject(&mut self) {
-        let kind = self.rng.random_range(0..13u32);
+        let kind = self.rng.random_range(0..16u32);
         let mut s = self.rng.random_range(0..SIDECARS);
         // Aim sidecar faults at the leader more often than chance, so that terms change.
         if self.rng.random_bool(0.6)
@@ -398,6 +459,76 @@ impl World {
                 self.schedule(d, Heal::RestartSidecar(s));
                 self.count("sidecar SIGTERM");
                 self.note(format!("sidecar {s} SIGTERM, restarted after {d:?}"));
+            }
+            13 | 14 => {
+                // A step the watch could miss: 10–300 ms, on 1–3 nodes, at the end of a
+                // 100–450 ms latency spike toward them (one sidecar's links, or everyone's).
+                let k = self.rng.random_range(1..=QUORUM);
+                let nodes = self.pick_nodes(k);
+                let size = self.rng.random_range(10..300i64);
+                let delta_ms = if self.rng.random_bool(0.5) {
+                    size
+                } else {
+                    -size
+                };
+                let sidecars = match self.rng.random_bool(0.5) {
+                    true => vec![s],
+                    false => (0..SIDECARS).collect(),
+                };
+                let latency = Duration::from_millis(self.rng.random_range(100..450));
+                let d = self.secs(0.3, 2.0);
+                self.next_rule += 1;
+                let rule = self.next_rule;
+                let spike = LinkRule::Spike {
+                    sidecars,
+                    nodes: nodes.clone(),
+                    latency,
+                };
+                self.note(format!("{spike:?} for {d:?}, then a {delta_ms} ms step"));
+                self.rules.push((rule, spike));
+                self.apply_links();
+                self.count("latency spike before a small step");
+                self.schedule(
+                    d,
+                    Heal::SmallStep {
+                        rule,
+                        nodes,
+                        delta_ms,
+                    },
+                );
+            }
+            15 if self.node[n] == Proc::Up => {
+                // Just after a renewal reached node n (its key's PTTL jumped back up), while
+                // the round's stragglers may still be out: reset every connection to it.
+                let key = "redlock-elector:test";
+                let pttl = || {
+                    resp_command(self.nodes[n].port, &["PTTL", key])
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .unwrap_or(-2)
+                };
+                let mut last = pttl();
+                let renewed = wait_for(
+                    Duration::from_millis(400),
+                    Duration::from_micros(500),
+                    || {
+                        let now = pttl();
+                        let up = now > last + 100;
+                        last = now;
+                        up.then_some(())
+                    },
+                );
+                for s in 0..SIDECARS {
+                    self.proxy.reset(s, n);
+                }
+                self.count("node connection reset after a renewal");
+                self.note(format!(
+                    "node {n} connections reset ({} a renewal)",
+                    if renewed.is_some() {
+                        "just after"
+                    } else {
+                        "without"
+                    }
+                ));
             }
             _ => return,
         }
