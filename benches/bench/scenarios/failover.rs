@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use redlock_elector::backoff;
+use redlock_elector::config::validate::lease_margin;
 use redlock_elector::redlock::math;
 
 use crate::args::Opts;
@@ -25,6 +26,10 @@ pub fn run(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&R
     let mut latest = HashMap::new();
     let key = format!("redlock-elector:{lease}");
     let (mut beyond, mut total) = (vec![], vec![]);
+    // The margin a term pays (issue 34): the drift term plus the blind band of the readings
+    // that renewed it, seen from outside as ttl minus the longest validity `/leader` reports.
+    let l = trio.steady(&mut latest);
+    let measured = ms(TTL) - max_valid_ms(&trio.sidecars[l], Duration::from_millis(1300));
     for _ in 0..o.n(20, 3) {
         let l = trio.steady(&mut latest);
         // Do not kill right at a renewal: land somewhere in the renewal period, like a real crash.
@@ -58,6 +63,32 @@ pub fn run(rt: &tokio::runtime::Runtime, o: &Opts, rep: &mut Report, nodes: &[&R
         Spec::at_most("beyond key expiry p99", b99, "ms", limit, "target: expiry + retryEvery*1.25 + 50ms"),
         Spec::info("beyond key expiry p99 / ttl", b99 / ms(TTL), "x", ""),
     ]);
+    let timeout = Duration::from_millis(50);
+    let worst = |ttl: Duration, timeout: Duration| {
+        ms(lease_margin(ttl, 0.01, timeout) - math::drift(ttl, 0.01)) / 2.0
+            + ms(math::drift(ttl, 0.01))
+    };
+    #[rustfmt::skip]
+    rep.add("margin", vec![
+        Spec::info("leader's margin, ttl 1s, measured", measured, "ms", "ttl - max valid_for_ms over 1.3 s: drift 12 ms + the band of its renewals' readings + the poll's delay"),
+        Spec::info("leader's margin at worst, ttl 1s", worst(TTL, timeout), "ms", "drift + band at redis.timeout round trips and a window's gap"),
+        Spec::info("leader's margin at worst, ttl 10s", worst(Duration::from_secs(10), timeout), "ms", "defaults"),
+        Spec::info("leader's margin at worst, ttl 30s", worst(Duration::from_secs(30), timeout), "ms", ""),
+        Spec::info("leader's margin at worst, ttl 10s, timeout 250ms", worst(Duration::from_secs(10), Duration::from_millis(250)), "ms", "a cross-region lease (100 ms RTT)"),
+    ]);
+}
+
+/// The longest validity sidecar `s` reports on `/leader` over `window`, ms.
+fn max_valid_ms(s: &crate::common::Sidecar, window: Duration) -> f64 {
+    let end = Instant::now() + window;
+    let mut best = 0u64;
+    while Instant::now() < end {
+        if let Some(v) = s.try_leader().filter(|v| v.is_leader) {
+            best = best.max(v.valid_for_ms);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    best as f64
 }
 
 /// When a quorum of `key`s is free: when the quorum-th key expires. Read after the process is
