@@ -225,6 +225,11 @@ fn bad_configs_name_the_field() {
             "lease: {name: a, driftFactor: -0.01}\nredis: {endpoints: [redis://a]}",
             "lease.driftFactor",
         ),
+        // The margin at worst (drift + twice the blind band) above ttl/2; 400ms is accepted.
+        (
+            "lease: {name: a, ttl: 10s, driftFactor: 0.099}\nredis: {endpoints: [redis://a], timeout: 420ms}",
+            "lease.ttl, lease.driftFactor, redis.timeout",
+        ),
         (
             "lease: {name: a}\nredis: {endpoints: [redis://a], passwordFile: /nope}",
             "redis.passwordFile",
@@ -262,6 +267,18 @@ fn bad_configs_name_the_field() {
         invalid_field(&["--lease", "a", "--ttl", "1s"], &env()),
         "redis.endpoints"
     );
+}
+
+#[test]
+fn the_margin_at_worst_is_the_drift_and_twice_the_blind_band() {
+    use crate::config::validate::lease_margin;
+    let ms = Duration::from_millis;
+    // Defaults: 102 ms of drift, and a band of 2 × 50 ms × 1.01 + 1 % of the 10.102 s window +
+    // 1 ms = 203.02 ms, twice.
+    let m = lease_margin(Duration::from_secs(10), 0.01, ms(50));
+    assert!(m > ms(508) && m < ms(509), "{m:?}");
+    let accepted = "lease: {name: a, ttl: 10s, driftFactor: 0.099}\nredis: {endpoints: [redis://a], timeout: 400ms}";
+    assert!(load_yaml(accepted, &env()).is_ok());
 }
 
 #[test]
