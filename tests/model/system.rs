@@ -949,7 +949,7 @@ impl System {
                 // split states that behave alike.
                 if let Some(v) = value.filter(|_| self.handovers) {
                     round.value = Some(v);
-                    round.seqs[i] = c.log.sent(&val_str(v), i, self.nodes);
+                    round.seqs[i] = c.log.sent(&val_str(v), i, self.nodes, 0);
                 }
                 l.reqs.push_back((now, r));
                 round.waiting[i] = true;
