@@ -291,10 +291,10 @@ fn reservations_after_a_reconnect(defence: bool) -> (Vec<String>, String) {
         std::thread::spawn(move || {
             let mut seen = Vec::new();
             while watching.load(std::sync::atomic::Ordering::SeqCst) {
-                if let Some(v) = resp_command(port, &["GET", next]).filter(|v| !v.is_empty()) {
-                    if !seen.contains(&v) {
-                        seen.push(v);
-                    }
+                if let Some(v) = resp_command(port, &["GET", next]).filter(|v| !v.is_empty())
+                    && !seen.contains(&v)
+                {
+                    seen.push(v);
                 }
             }
             seen
