@@ -348,18 +348,8 @@ fn a_late_renewal_does_not_heal_over_a_reservation() {
     use redlock_elector::redlock::scripts::{ACQUIRE, RELEASE, RENEW};
 
     let node = Redis::start();
-    let mut c = redis::Client::open(format!("redis://127.0.0.1:{}/", node.port))
-        .and_then(|cl| cl.get_connection())
-        .expect("connect to the test redis-server");
     let (key, epoch, next) = ("rle:late", "rle:late:epoch", "rle:late:next");
-    let mut eval = |src: &str, keys: &[&str], args: &[&str]| -> Vec<Value> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(src).arg(keys.len()).arg(keys).arg(args);
-        match cmd.query(&mut c).expect("script runs") {
-            Value::Array(items) => items[1..].to_vec(),
-            other => panic!("{other:?}"),
-        }
-    };
+    let mut eval = crate::scripts::evaluator(&node);
     let granted = eval(
         ACQUIRE,
         &[key, epoch, next],

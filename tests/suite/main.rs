@@ -34,3 +34,4 @@ mod safety_empty_restart;
 mod safety_fencing;
 mod safety_quarantine;
 mod safety_stall;
+mod scripts;

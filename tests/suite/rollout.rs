@@ -315,23 +315,12 @@ fn a_graceful_release_reserves_the_key_for_the_named_successor() {
     use redlock_elector::redlock::scripts::{ACQUIRE, RELEASE};
 
     let node = Redis::start();
-    let mut c = redis::Client::open(format!("redis://127.0.0.1:{}/", node.port))
-        .and_then(|cl| cl.get_connection())
-        .expect("connect to the test redis-server");
     let (key, epoch, next) = (
         "redlock-elector:res",
         "redlock-elector:res:epoch",
         "redlock-elector:res:next",
     );
-    let mut eval = |src: &str, keys: &[&str], args: &[&str]| -> Vec<Value> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(src).arg(keys.len()).arg(keys).arg(args);
-        let v: Value = cmd.query(&mut c).expect("script runs");
-        match v {
-            Value::Array(items) => items[1..].to_vec(),
-            other => panic!("{other:?}"),
-        }
-    };
+    let mut eval = crate::scripts::evaluator(&node);
     type Eval<'a> = dyn FnMut(&str, &[&str], &[&str]) -> Vec<Value> + 'a;
     let acquire = |eval: &mut Eval, id: &str| {
         eval(
@@ -381,22 +370,12 @@ fn a_release_proof_is_taken_only_by_the_successor_it_names() {
     use redlock_elector::redlock::scripts::{ACQUIRE, RELEASE};
 
     let node = Redis::start();
-    let mut c = redis::Client::open(format!("redis://127.0.0.1:{}/", node.port))
-        .and_then(|cl| cl.get_connection())
-        .expect("connect to the test redis-server");
     let (key, epoch, next) = (
         "redlock-elector:p",
         "redlock-elector:p:epoch",
         "redlock-elector:p:next",
     );
-    let mut eval = |src: &str, keys: &[&str], args: &[&str]| -> Vec<Value> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(src).arg(keys.len()).arg(keys).arg(args);
-        match cmd.query(&mut c).expect("script runs") {
-            Value::Array(items) => items[1..].to_vec(),
-            other => panic!("{other:?}"),
-        }
-    };
+    let mut eval = crate::scripts::evaluator(&node);
     type Eval<'a> = dyn FnMut(&str, &[&str], &[&str]) -> Vec<Value> + 'a;
     let acquire = |eval: &mut Eval, id: &str, mode: &str| {
         eval(
