@@ -43,7 +43,7 @@ impl Redlock {
             .collect();
         let mut tally = Tally::new(self.nodes.len());
         // The largest blind band of the counted replies: the term ends that much sooner
-        // ([`super::acquire::Blind`]).
+        // (`acquire::Blind`).
         let mut band = Duration::ZERO;
         while let Some((i, node, seq, r)) = pending.next().await {
             let reply_band = r.as_ref().map_or(Duration::ZERO, |reply| reply.band);
