@@ -235,6 +235,13 @@ impl Redlock {
                     "won without a release proof on every node: leading once a step of a node's clock the watch could have missed has run out"
                 );
                 tokio::time::sleep(blind.hold).await;
+                // A pause during the hold (SIGSTOP, a stalled host) can outlast the term, and
+                // another sidecar may have led with a higher token meanwhile: a term already
+                // over must not be published after it.
+                if math::validity(self.ttl, t1.elapsed(), self.drift + blind.lead).is_none() {
+                    self.release(&value, Notice::Silent).await;
+                    return Acquire::NoQuorum(Observed::default());
+                }
             }
             return self
                 .won(value, replies.max_epoch, proposed, t1, blind.lead)
