@@ -18,7 +18,9 @@
 //!   the elector's commands meet them.
 //! - This file holds the checks: one test per hazard, each run twice — with the defence off
 //!   (the checker must find the violation; the trace is printed) and on (it must find none
-//!   within the bound) — and one check with every defence on and every fault allowed.
+//!   within the bound) — and one check with every defence on and every fault allowed. The
+//!   blind band's check (issue 34) is `slow_reading_needs_the_blind_band`: a slow refresh, then
+//!   forward steps the old watch cannot see.
 //!
 //! ## What runs the sidecar's own code
 //! Every decision goes through the functions the binary runs: `math::quorum`, `Tally::decided`
@@ -27,9 +29,14 @@
 //! and `node::classify_at` (restart quarantine; `classify` is that function on `Instant`),
 //! `node::counts_from_at` (whether a yes counts; `Node::counts_from` calls it),
 //! `clock::Policy::new`, `clock::Watch::observe` / `counts_from` (jump detection, quarantine,
-//! observe-before-counting), `clock::Watch::may_vouch` / `attest` (attestations: whether a
+//! observe-before-counting, and since issue 34 the bases and the blind band), `Watch::band_us`
+//! (each reply's band), `clock::Watch::may_vouch` / `attest` (attestations: whether a
 //! sidecar may vouch for another's fresh watch at a reading, and whether a vouch counts for the
-//! watch it names), and `Leadership::with` / `Leadership::at` (the answer).
+//! watch it names), and `Leadership::with` / `Leadership::at` (the answer). What
+//! `acquire_inner` / `renew` do with the bands (`Blind`: `lead` = the largest band of the
+//! counted votes, `hold` = the largest of the counted votes without a release proof; deadline
+//! `T1 + ttl − drift − lead`, validity of `elapsed + hold` against `drift + lead`, and an
+//! acquisition reported only once `hold` has passed) is mirrored in `System::maybe_finish`.
 //!
 //! ## What the model approximates
 //! - **The scripts' node-side effects are mirrored**, not run (`System::run_script`): Lua
@@ -59,12 +66,33 @@
 //!   finished round are not read. A crashed sidecar's sent commands may still run.
 //! - **Clock readings**: every reply, every handshake, and a refresh of every connected node
 //!   on every unit tick (`Node::maintain` refreshes INFO + TIME every second). Handshakes and
-//!   refreshes read instantly (sent = received).
-//! - **Start**: every sidecar has run for 14 units and watched every node's clock, nodes have
-//!   been up for 100 units; no key, epoch 0. A crashed sidecar restarts fresh.
+//!   refreshes read instantly (sent = received); a reply's reading runs from its round's T1 to
+//!   its delivery, the node reading its clock when it runs the command. The policy's base bound
+//!   is the binary's default `redis.timeout`, 50 ms (`system::BASE_RTT`): a reading taken
+//!   within one step (round trip 0) is a base, one that spans a tick (≥ 0.9 unit) is not. A
+//!   *slow refresh* (`Faults.slow_refresh`, or scheduled by `System.slow_refresh_at`) reads
+//!   every connected node with a round trip of `slow_units`, the node's clock read at its end:
+//!   a reply that slow would time out in the binary (its readings stay within `redis.timeout`);
+//!   the model needs it because a hidden step must beat the whole units of its drift margin.
+//! - **The blind band** (issue 34, `Defences.blind` = `Policy.blind_check`): bands come from
+//!   the binary's watch; a hold ends at the first step (a tick, a resume) at which the
+//!   sidecar's clock has passed decision + hold, so at the model's resolution every acquisition
+//!   without a release proof leads one unit after its decision (a band of 1 ms delays it as
+//!   much as one of 0.9 unit: the overlap it avoids would be shorter than a unit). With the
+//!   model's `driftFactor` a band is large: `0.2 ×` the widest gap between bases (2 units:
+//!   they are about window/8 apart, at whole units) + `1.2 ×` the round trips + 1 ms, i.e.
+//!   0.401 unit for an instant reading, about 1.6 for one that spans a tick.
+//! - **Start**: every sidecar has run for 14 units and read every node's clock at each of
+//!   them (so its watch holds bases about window/8 apart, as the refresh leaves them), nodes
+//!   have been up for 100 units; no key, epoch 0. A crashed sidecar restarts fresh.
 //!
 //! ## Bounds and searches
-//! Per test below; `docs/model.md` has the numbers (states, depth, time). A violation is
+//! Per test below; `docs/model.md` has the numbers (states, depth, time). With the blind band
+//! modelled, the pause, attestation and release-proof scenarios were re-timed for the hold (a
+//! unit later), the drift-term and release-proof "off" searches switch the band off too (see
+//! each test), and the pause check's "on" search pins an S2 finding: a sidecar paused while it
+//! sleeps out its hold publishes, on resuming, a term already over with a token below the
+//! other's (`pause_needs_answer_time_deadline`). A violation is
 //! searched breadth-first (shortest trace); "no violation" is checked depth-first with symmetry
 //! reduction over the nodes ([`system::canonical`]). The checks are `#[ignore]`d in unoptimized
 //! builds (about 5x slower) and run with `cargo test --release --test model` (scripts/test.sh).
@@ -97,6 +125,7 @@ macro_rules! model_test {
 const S1: &str = "S1 mutual exclusion";
 const S2: &str = "S2 fencing tokens increase";
 const LIVE: &str = "a leader is reachable";
+const PROOF: &str = "a release proof only where nothing of the term can still arrive";
 
 fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -121,7 +150,15 @@ fn check(label: &str, sys: System, expect_violation: bool) -> Option<String> {
 /// has.
 fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> Option<String> {
     let started = Instant::now();
-    let builder = sys.clone().checker().threads(threads());
+    let mut builder = sys.clone().checker().threads(threads());
+    // For sizing a bound by hand: stop after this many states (the search then does not finish,
+    // and an "on" check fails on that).
+    if let Some(cap) = std::env::var("MODEL_STATE_CAP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        builder = builder.target_state_count(cap);
+    }
     let run = if expect_violation && deep {
         Run::of(
             builder
@@ -141,7 +178,7 @@ fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> O
     };
     let elapsed = started.elapsed();
     eprintln!(
-        "[model] {label}: {} states ({} unique{}), depth {}, {:.1} s; S1 {}, S2 {}, leader {}",
+        "[model] {label}: {} states ({} unique{}), depth {}, {:.1} s; S1 {}, S2 {}, proof {}, leader {}",
         run.states,
         run.unique,
         if expect_violation {
@@ -161,6 +198,11 @@ fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> O
         } else {
             "holds"
         },
+        if run.proof.is_some() {
+            "VIOLATED"
+        } else {
+            "holds"
+        },
         if run.live {
             "reachable"
         } else if expect_violation {
@@ -169,7 +211,7 @@ fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> O
             "NOT REACHED"
         },
     );
-    let found = run.s1.or(run.s2).map(|steps| {
+    let found = run.s1.or(run.s2).or(run.proof).map(|steps| {
         let trace = sys.render(&steps);
         eprintln!(
             "[model] {label}: counterexample, {} steps\n{trace}",
@@ -179,6 +221,10 @@ fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> O
     });
     if !expect_violation {
         assert!(run.done, "{label}: the search did not finish");
+        assert!(
+            std::env::var("MODEL_STATE_CAP").is_err(),
+            "{label}: MODEL_STATE_CAP stopped the search early: no result (unset it for a check)"
+        );
         assert!(
             run.live,
             "{label}: no leader is reachable (the model is vacuous)"
@@ -195,6 +241,7 @@ struct Run {
     done: bool,
     s1: Option<Vec<(system::State, Option<system::Action>)>>,
     s2: Option<Vec<(system::State, Option<system::Action>)>>,
+    proof: Option<Vec<(system::State, Option<system::Action>)>>,
     live: bool,
 }
 
@@ -207,6 +254,7 @@ impl Run {
             done: c.is_done(),
             s1: c.discovery(S1).map(|p| p.into_vec()),
             s2: c.discovery(S2).map(|p| p.into_vec()),
+            proof: c.discovery(PROOF).map(|p| p.into_vec()),
             live: c.discovery(LIVE).is_some(),
         }
     }
@@ -228,6 +276,22 @@ fn hazard(label: &str, off: System) -> String {
     trace
 }
 
+/// [`hazard`], the violation searched depth-first ([`check_with`]): for a scenario whose
+/// breadth-first search to the violation's depth needs more memory than a 14 GB machine has.
+fn hazard_deep(label: &str, off: System) -> String {
+    let on = System {
+        defences: Defences::ALL,
+        ..off.clone()
+    };
+    let trace = check_with(&format!("{label}, defence off"), off, true, true)
+        .unwrap_or_else(|| panic!("{label}: no violation found with the defence off"));
+    assert!(trace.contains("is_leader: true"));
+    if let Some(trace) = check(&format!("{label}, defence on"), on, false) {
+        panic!("{label}: violation with every defence on:\n{trace}");
+    }
+    trace
+}
+
 /// The hazards' common bound: horizon `horizon`, the given faults and defences, one round per
 /// sidecar, and B idle until `b_from` (so A can lead first).
 fn scenario(horizon: u8, f: Faults, d: Defences, b_from: u8) -> System {
@@ -237,12 +301,13 @@ fn scenario(horizon: u8, f: Faults, d: Defences, b_from: u8) -> System {
     sys
 }
 
-/// The release-proof hazard's system (issue 25): B fresh and starting at unit 2, graceful
-/// handovers, two forward jumps of 12 units, two rounds each.
+/// The release-proof hazard's system (issue 25): B fresh and starting at unit 3, graceful
+/// handovers, two forward jumps of 12 units, two rounds each. (Horizon 4: each acquisition
+/// without a release proof is held back a unit by its blind band, A's two and B's.)
 fn fresh_successor_hazard(defences: Defences) -> System {
-    let mut sys = System::new(2, faults(2, |f| f.jump_forward = true), defences);
+    let mut sys = System::new(4, faults(2, |f| f.jump_forward = true), defences);
     sys.fresh = vec![false, true];
-    sys.connect_at = vec![0, 2];
+    sys.connect_at = vec![0, 3];
     sys.handovers = true;
     sys.jump_units = 12;
     sys.max_rounds = 2;
@@ -252,7 +317,13 @@ fn fresh_successor_hazard(defences: Defences) -> System {
 /// The attestation hazard's system (issue 25): A leads from unit 0; B is a fresh process that
 /// starts at unit 1 and asks for attestations; two forward jumps of 12 units (more than a ttl).
 fn vouch_hazard(defences: Defences, jumps: u8) -> System {
-    let mut sys = System::new(1, faults(jumps, |f| f.jump_forward = true), defences);
+    vouch_hazard_until(1, defences, jumps)
+}
+
+/// [`vouch_hazard`] up to real time `horizon`: the overlap itself needs 2, as B's win at unit 1
+/// is held back one unit (its blind band, `hold`).
+fn vouch_hazard_until(horizon: u8, defences: Defences, jumps: u8) -> System {
+    let mut sys = System::new(horizon, faults(jumps, |f| f.jump_forward = true), defences);
     sys.fresh = vec![false, true];
     sys.connect_at = vec![0, 1];
     sys.attestations = true;
@@ -270,6 +341,8 @@ fn every_fault(max: u8) -> Faults {
         reply_loss: true,
         jump_forward: true,
         jump_backward: true,
+        slow_refresh: true,
+        reconnect: true,
         max,
     }
 }
@@ -375,7 +448,19 @@ model_test! {
     fn forward_jump_on_a_majority_needs_jump_detection() {
         let f = faults(2, |f| f.jump_forward = true);
         let sys = scenario(7, f, all_but(|d| d.clock_check = false), 7);
-        hazard("forward jump on a majority, detection off", sys);
+        // The violation is searched by random walks: they meet it within a few thousand states,
+        // where the breadth-first search took 22 M states and about 2 minutes (2026-11-26).
+        let label = "forward jump on a majority, detection off";
+        let trace = walk(&format!("{label}, defence off"), sys.clone(), 10_000_000, true)
+            .expect("forward jump: no violation found with detection off");
+        assert!(trace.contains("is_leader: true"));
+        let on = System {
+            defences: Defences::ALL,
+            ..sys
+        };
+        if let Some(trace) = check(&format!("{label}, defence on"), on, false) {
+            panic!("{label}: violation with every defence on:\n{trace}");
+        }
     }
 }
 
@@ -385,8 +470,25 @@ model_test! {
     /// the elector's timer catches up; `Leadership::at(now)` says no from the first answer.
     fn pause_needs_answer_time_deadline() {
         let f = faults(1, |f| f.pause = true);
-        let sys = scenario(11, f, all_but(|d| d.answer_time = false), 11);
-        hazard("pause, deadline at decision time", sys);
+        // Horizon 13: B's win at unit 11 is held back past unit 12 (its blind band, `hold`:
+        // 0.2 × the 5-unit gap between its bases at the binary's read cadence + 1 ms). The
+        // breadth-first search for the overlap at horizon 12 ran out of 14 GB (2026-11-26):
+        // searched depth-first, as the release-proof hazard is.
+        let off = scenario(13, f, all_but(|d| d.answer_time = false), 11);
+        let on = System {
+            defences: Defences::ALL,
+            ..off.clone()
+        };
+        let trace = check_with("pause, deadline at decision time, defence off", off, true, true)
+            .expect("pause: no violation found with the answer at decision time");
+        assert!(trace.contains("is_leader: true"));
+        // Found here with the band modelled (2026-11-26): A paused during its hold resumed after
+        // B published token 2 and published its own term, token 1, after it (S2). Fixed in
+        // `acquire_inner` (2ab6e4a): after the hold the validity is checked again; the model's
+        // `end_hold` mirrors it, and the "on" search now checks S1 and S2 both.
+        if let Some(trace) = check("pause, deadline at decision time, defence on", on, false) {
+            panic!("pause: violation with every defence on:\n{trace}");
+        }
     }
 }
 
@@ -395,7 +497,11 @@ model_test! {
     /// clock, is 11.1 units of real time later, but the nodes drop its keys after 10 units: B wins
     /// while A still answers "leader".
     fn slow_clock_needs_the_drift_term() {
-        let off = all_but(|d| d.drift_term = false);
+        // The blind band off too: its lead (0.401 unit for A's instant votes, ρ × the 2-unit
+        // spacing of its bases + 1 ms) takes A's last leading instant from unit 11 to 10, below
+        // the keys' expiry: at the model's time resolution the 1.1-unit overrun of A's slow clock
+        // no longer shows once any lead is paid. The "on" run keeps every defence.
+        let off = all_but(|d| (d.drift_term, d.blind) = (false, false));
         let mut sys = scenario(11, faults(0, |_| {}), off, 11);
         sys.rates = vec![vec![Rate::Slow], vec![Rate::Exact]];
         hazard("slow clock, drift term off", sys);
@@ -413,7 +519,14 @@ model_test! {
     /// it has not watched for ttl + margin only if its grant consumed A's proof there, and none is
     /// left.
     fn fresh_successor_needs_the_release_proof() {
-        let unsafe_sys = fresh_successor_hazard(all_but(|d| d.release_proof = false));
+        // Searched with the blind band off, at the pre-band timing (horizon 2, B from unit 2):
+        // with the band on, both acquisitions are held back a unit and the overlap needs horizon
+        // 4, whose depth-first search had not found it after 6 minutes (2026-11-26). The band
+        // on, the hazard is shown by `fresh_successor_hazard_replayed`.
+        let mut unsafe_sys =
+            fresh_successor_hazard(all_but(|d| (d.release_proof, d.blind) = (false, false)));
+        unsafe_sys.horizon = 2;
+        unsafe_sys.connect_at = vec![0, 2];
         let trace = check_with(
             "fresh successor, release proof check off",
             unsafe_sys,
@@ -517,8 +630,10 @@ model_test! {
     /// at once and wins them beside A. With the check, A vouches only where the node counts for it
     /// at the reading that returned B's request, which is the third node alone: B cannot win.
     fn fresh_follower_needs_the_attestation_check() {
-        let sys = vouch_hazard(all_but(|d| d.attestation = false), 2);
-        let trace = check_with("fresh follower, attestation check off", sys, true, true)
+        let sys = vouch_hazard_until(2, all_but(|d| d.attestation = false), 2);
+        // Random walks meet the overlap within about a million states (3 s), where the
+        // depth-first search took 79 M states and 3.5 minutes (2026-11-26).
+        let trace = walk("fresh follower, attestation check off", sys, 10_000_000, true)
             .expect("no violation found with the attestation check off");
         assert!(trace.contains("is_leader: true"));
         assert!(trace.contains("vouches"), "the violation should go through a vouch:\n{trace}");
@@ -554,6 +669,90 @@ model_test! {
             "without attestations a fresh B counts no node within the bound"
         );
     }
+}
+
+/// The base bound of the model's policy separates its two kinds of reading: one taken within a
+/// step (round trip 0: handshakes, refreshes, a reply read in the unit it was sent) is a base;
+/// one that spans a tick (0.9 unit at the slowest clock) is not.
+#[test]
+fn base_bound_separates_instant_from_slow_readings() {
+    let sys = System::new(1, faults(0, |_| {}), Defences::ALL);
+    let p = sys.policy();
+    assert!(p.blind_check);
+    assert!(
+        0 <= p.base_rtt_us && p.base_rtt_us < 900_000,
+        "{}",
+        p.base_rtt_us
+    );
+    let off = System::new(1, faults(0, |_| {}), all_but(|d| d.blind = false));
+    assert!(!off.policy().blind_check);
+}
+
+/// The blind-band hazard's system (issue 34): the forward-jump hazard's bound (horizon 7, two
+/// forward jumps of 4 units, one round each, B first at 7), and B's refresh at unit 2 slow: a
+/// reading of every node that took `slow_units` = 4 (scheduled, not a fault).
+fn blind_hazard(defences: Defences) -> System {
+    let f = faults(2, |f| f.jump_forward = true);
+    let mut sys = scenario(7, f, defences, 7);
+    sys.slow_units = 4;
+    sys.slow_refresh_at = Some((1, 2));
+    sys
+}
+
+model_test! {
+    /// (7) The blind band (issue 34). B's refresh of the nodes at unit 2 is slow (4 units); just
+    /// after it the wall clocks of two nodes step forward by 4 units, within the allowance of the
+    /// next comparison with that slow reading (1.2 × 5 units against 1 moved + 4). The old watch
+    /// (every reading a base, only the latest compared) sees nothing; A's keys there vanish 4
+    /// units early, more than A's drift margin leaves (3 units at the model's time resolution):
+    /// B wins them at unit 7 while A still leads. With the band, the slow reading is no base: B's next
+    /// refresh is compared with the last fast one and reveals the step.
+    fn slow_reading_needs_the_blind_band() {
+        let off = blind_hazard(all_but(|d| d.blind = false));
+        hazard_deep("slow reading, blind band off", off);
+    }
+}
+
+/// The blind-band hazard's trace, replayed step by step: with the band off B ends up leading
+/// beside A at unit 7; with it on, B's refresh at unit 3 reveals the steps (compared with its
+/// last fast reading) and B, counting one node, stays a follower.
+#[test]
+fn slow_reading_hazard_replayed() {
+    use system::Action::*;
+    let run = |blind: bool| {
+        let sys = blind_hazard(all_but(|d| d.blind = blind));
+        let mut steps = vec![StartAcquire(0)];
+        steps.extend((0..3).map(|node| Apply { sidecar: 0, node }));
+        steps.extend((0..3).map(|node| Deliver { sidecar: 0, node }));
+        steps.extend([Tick, Tick]);
+        steps.extend(two_forward_jumps());
+        steps.extend([Tick; 5]);
+        steps.push(StartAcquire(1));
+        // The acquire round, then the renewal that confirms a token above B's proposal.
+        for _ in 0..2 {
+            steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
+            steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
+        }
+        let (s, trace) = replay(&sys, steps, |a| matches!(a, Apply { .. } | Deliver { .. }));
+        (sys.leaders(&s), sys.counting(&s, 1), trace)
+    };
+    let (leaders, _, trace) = run(false);
+    assert_eq!(
+        leaders,
+        vec![0, 1],
+        "band off: two leaders at the end:\n{trace}"
+    );
+    eprintln!("[model] slow reading, blind band off, replayed:\n{trace}");
+    let (leaders, counting, trace) = run(true);
+    assert_eq!(
+        leaders,
+        vec![0],
+        "band on: only A leads at the end:\n{trace}"
+    );
+    assert_eq!(
+        counting, 1,
+        "band on: B counts the unstepped node only:\n{trace}"
+    );
 }
 
 /// Replay `steps` from the first initial state. An action that is not enabled is skipped when
@@ -598,7 +797,7 @@ fn two_forward_jumps() -> [system::Action; 2] {
 fn fresh_follower_vouch_hazard_replayed() {
     use system::Action::*;
     let run = |check: bool| {
-        let sys = vouch_hazard(all_but(|d| d.attestation = check), 2);
+        let sys = vouch_hazard_until(2, all_but(|d| d.attestation = check), 2);
         let mut steps = vec![StartAcquire(0)];
         steps.extend((0..3).map(|node| Apply { sidecar: 0, node }));
         steps.extend((0..2).map(|node| Deliver { sidecar: 0, node }));
@@ -610,11 +809,13 @@ fn fresh_follower_vouch_hazard_replayed() {
             steps.push(Check { sidecar: 1, node });
         }
         steps.push(StartAcquire(1));
-        // The acquire round, then the renewal that confirms a token above B's proposal.
-        for _ in 0..2 {
-            steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
-            steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
-        }
+        // The acquire round, its hold (a tick), then the renewal that confirms a token above
+        // B's proposal.
+        steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
+        steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
+        steps.push(Tick);
+        steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
+        steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
         let (s, trace) = replay(&sys, steps, |a| {
             matches!(
                 a,
@@ -684,9 +885,12 @@ fn fresh_successor_hazard_replayed() {
                 .map(|&node| Deliver { sidecar: k, node })
                 .collect::<Vec<_>>()
         };
+        // A wins at 0 and leads from 1 (its hold), hands over to B (not running yet), wins the
+        // lease back at 2 and leads from 3; the jumps at 2; B starts at 3, wins, leads from 4.
         let mut steps = vec![StartAcquire(0)];
         steps.extend(apply(0));
         steps.extend(deliver(0, &[0, 1]));
+        steps.push(Tick);
         steps.push(Handover { from: 0, to: 1 });
         steps.extend(apply(0));
         steps.push(Tick);
@@ -698,6 +902,7 @@ fn fresh_successor_hazard_replayed() {
         steps.push(StartAcquire(1));
         steps.extend(apply(1));
         steps.extend(deliver(1, &[0, 1, 2]));
+        steps.push(Tick);
         steps.extend(apply(1));
         steps.extend(deliver(1, &[0, 1, 2]));
         let (s, trace) = replay(&sys, steps, |a| matches!(a, Apply { .. } | Deliver { .. }));
@@ -716,4 +921,174 @@ fn fresh_successor_hazard_replayed() {
         vec![0],
         "proof check on: only A leads at the end:\n{trace}"
     );
+}
+
+/// The reconnect hazard's system (issue 34): A alone acts (B, the successor it may name, starts
+/// no round within the bound), graceful handovers, an acquire and a renewal, and one reconnect
+/// of a live A with a command in flight.
+fn reconnect_hazard(defences: Defences) -> System {
+    let mut sys = System::new(2, faults(1, |f| f.reconnect = true), defences);
+    sys.a_first_until = 3;
+    sys.handovers = true;
+    sys.max_rounds = 2;
+    sys
+}
+
+model_test! {
+    /// (8) The reconnect taint (issue 34). A's acquisition is decided by two nodes; its command
+    /// to the third is still queued when A replaces that connection (a maintenance read timed
+    /// out), so the node may run it later. A's renewal goes out on the new connection and is
+    /// answered there. Without the taint the term log takes that answer as proof that every
+    /// earlier command has run (true on one connection, not across two) and the handover writes
+    /// a release proof on that node while the old ACQUIRE can still arrive: after the
+    /// reservation, it would re-create A's key under a proof that says no holder is left. With
+    /// the taint (each command logged with its connection), the node gives no proof.
+    fn reconnect_needs_the_taint() {
+        let off = reconnect_hazard(all_but(|d| d.reconnect_taint = false));
+        let trace = check("reconnect, taint off", off, true)
+            .expect("no false release proof found with the reconnect taint off");
+        assert!(trace.contains("replaces its connection"), "{trace}");
+        let on = reconnect_hazard(Defences::ALL);
+        if let Some(trace) = check("reconnect, taint on", on, false) {
+            panic!("reconnect: violation with every defence on:\n{trace}");
+        }
+    }
+}
+
+/// Three sidecars in one scenario (issue 34): A leads from unit 0 and may hand over to B; B and
+/// C are fresh processes (no watch yet) that start at unit 1: B may count a node only through
+/// A's release proof, C only through a vouch (it asks for attestations; anyone counting a node
+/// may vouch); graceful handovers and attestations both on, with `f`'s faults.
+fn three_sidecars(horizon: u8, f: Faults, defences: Defences) -> System {
+    let mut sys = System::new(horizon, f, defences);
+    sys.sidecars = 3;
+    sys.rates = vec![vec![Rate::Exact]; 3];
+    sys.fresh = vec![false, true, true];
+    sys.connect_at = vec![0, 1, 1];
+    sys.handovers = true;
+    sys.attestations = true;
+    sys.requesters = Some(vec![false, false, true]);
+    sys.successor = Some(1);
+    sys.jump_units = 12;
+    sys.max_rounds = 1;
+    sys
+}
+
+/// Three sidecars, the release proof and attestations together, with every defence on: the
+/// exhaustive check. Not in CI: at horizon 1 without any fault it explored 1.46 M unique states
+/// (10 M generated, depth 40) in 97 s and was still growing; it did not finish within 10 minutes
+/// (2026-11-26). CI runs the seeded random walks of `three_sidecars_random_walks` instead.
+#[test]
+#[ignore = "the exhaustive three-sidecar check: more than 10 minutes"]
+fn three_sidecars_proof_and_attestations_on() {
+    let f = faults(env_num("MODEL_3_FAULTS", 0), |f| {
+        f.reconnect = true;
+        f.jump_forward = true;
+    });
+    let sys = three_sidecars(1, f, Defences::ALL);
+    if let Some(trace) = check("three sidecars, every defence on", sys, false) {
+        panic!("three sidecars: violation with every defence on:\n{trace}");
+    }
+}
+
+/// Seeded random walks over `sys` (uniform choice of the next action) until `states` states
+/// were visited, or, with `expect_violation`, until the first violation; each walk is checked
+/// for S1, S2 and the proof's invariant. Returns the trace of a violation met.
+fn walk(label: &str, sys: System, states: usize, expect_violation: bool) -> Option<String> {
+    let seed = env_num("MODEL_WALK_SEED", 34);
+    let started = Instant::now();
+    let mut builder = sys
+        .clone()
+        .checker()
+        .threads(threads())
+        .target_state_count(states);
+    if expect_violation {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let run = Run::of(
+        builder
+            .spawn_simulation(seed, stateright::UniformChooser)
+            .join(),
+    );
+    let verdict = |v: &Option<_>| if v.is_some() { "VIOLATED" } else { "holds" };
+    eprintln!(
+        "[model] {label}, random walks (seed {seed}): {} states, depth {}, {:.1} s; S1 {}, S2 {}, proof {}, leader {}",
+        run.states,
+        run.depth,
+        started.elapsed().as_secs_f64(),
+        verdict(&run.s1),
+        verdict(&run.s2),
+        verdict(&run.proof),
+        if run.live { "reached" } else { "NOT REACHED" },
+    );
+    if !expect_violation {
+        assert!(
+            run.live,
+            "{label}: no walk reached a leader (the walks are vacuous)"
+        );
+    }
+    run.s1.or(run.s2).or(run.proof).map(|steps| {
+        let trace = sys.render(&steps);
+        eprintln!(
+            "[model] {label}: counterexample, {} steps\n{trace}",
+            steps.len() - 1
+        );
+        trace
+    })
+}
+
+/// The three-sidecar walks' system: horizon 3, two rounds each, and two faults among a
+/// reconnect, a forward jump of 12 units, a lost reply and a pause.
+fn three_sidecars_walked(defences: Defences) -> System {
+    let f = faults(2, |f| {
+        f.reconnect = true;
+        f.jump_forward = true;
+        f.reply_loss = true;
+        f.pause = true;
+    });
+    let mut sys = three_sidecars(3, f, defences);
+    sys.max_rounds = 2;
+    sys
+}
+
+model_test! {
+    /// Three sidecars, the release proof and attestations together (issue 34), sampled: the
+    /// space is beyond the exhaustive check (`three_sidecars_proof_and_attestations_on`), so
+    /// seeded random walks (`MODEL_WALK_STATES`, default 10 M states) check S1, S2 and the
+    /// proof's invariant with every defence on, and must meet the false proof with the
+    /// reconnect taint off (the walks do reach that hazard). Not exhaustive: a pass says no walk
+    /// met a violation, not that none exists within the bound.
+    fn three_sidecars_random_walks() {
+        let states = env_num("MODEL_WALK_STATES", 10_000_000);
+        let off = three_sidecars_walked(all_but(|d| d.reconnect_taint = false));
+        let trace = walk("three sidecars, reconnect taint off", off, states, true)
+            .expect("three sidecars: no walk met the false proof with the reconnect taint off");
+        assert!(trace.contains("replaces its connection"), "{trace}");
+        let on = three_sidecars_walked(Defences::ALL);
+        if let Some(trace) = walk("three sidecars, every defence on", on, states, false) {
+            panic!("three sidecars: violation with every defence on:\n{trace}");
+        }
+    }
+}
+
+model_test! {
+    /// The release proof's and the attestations' hazard bounds with every defence on, sampled
+    /// (their exhaustive on-checks do not finish within CI's time, see above): seeded random
+    /// walks over the release-proof hazard's bound (horizon 4, two forward jumps of 12 units,
+    /// B fresh and named) and the attestation hazard's two-jump bound (horizon 2),
+    /// `MODEL_WALK_STATES` states each (default 10 M). The walks do reach the attestation
+    /// hazard with its check off (`fresh_follower_needs_the_attestation_check`); at the
+    /// release-proof bound they did not meet the overlap with the check off within 10 M states
+    /// (2026-11-26), so there they sample without that evidence of reach.
+    fn hazard_bounds_random_walks() {
+        let states = env_num("MODEL_WALK_STATES", 10_000_000);
+        for (label, sys) in [
+            ("release-proof bound", fresh_successor_hazard(Defences::ALL)),
+            ("attestation bound, two jumps", vouch_hazard_until(2, Defences::ALL, 2)),
+        ] {
+            if let Some(trace) = walk(&format!("{label}, every defence on"), sys, states, false) {
+                panic!("{label}: violation with every defence on:\n{trace}");
+            }
+        }
+    }
 }

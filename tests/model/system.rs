@@ -31,6 +31,9 @@ pub const DRIFT_FACTOR: f64 = 0.2;
 /// Per-node timeout of a round: after one unit on the sidecar's clock, a round may give up on
 /// the nodes that have not answered.
 pub const TIMEOUT_US: i64 = UNIT_US;
+/// The base bound of the model's policy (`Policy.base_rtt_us`): the binary's default
+/// `redis.timeout`, 50 ms, far below a unit, so only readings taken within one step are bases.
+pub const BASE_RTT: Duration = Duration::from_millis(50);
 /// A node's wall clock at real time 0 (before any jump), µs.
 const WALL0_US: i64 = 1_000 * UNIT_US;
 
@@ -76,11 +79,10 @@ pub struct Defences {
     pub answer_time: bool,
     /// The drift term `ttl·driftFactor + 2 ms` in validity and deadline; off: zero.
     pub drift_term: bool,
-    /// A reading after a gap longer than the window starts the watch again
-    /// (`Policy.rewatch_after_gap`); off: it is compared like any other. Off in every check:
-    /// the model has no background clock refresh (the binary reads each connected node's clock
-    /// every third of the window), so with it on the model's nodes would stop counting between
-    /// rounds. Off only lets more votes count, so S1 holding with it off is the stronger result.
+    /// A reading after a gap longer than the window (from the newest base) starts the watch
+    /// again (`Policy.rewatch_after_gap`); off: it is compared like any other. On in
+    /// `Defences::ALL` since issue 34: the model's ticks read a node's clock at the binary's
+    /// cadence (`Node::maintain`: when no fast reading came for a third of the window).
     pub rewatch: bool,
     /// A named successor counts a node it has not watched long enough only if its grant
     /// consumed the releaser's proof (`Policy.proof_check`); off: it counts every grant of its
@@ -90,18 +92,33 @@ pub struct Defences {
     /// the reading that returned the request (`Policy.attestation_check`, `Watch::may_vouch`);
     /// off: at any reading of the same server.
     pub attestation: bool,
+    /// The blind band (issue 34, `Policy.blind_check`): only readings within the base bound are
+    /// bases, every reading is compared with every base of the window, and each term pays the
+    /// band of the votes it counted (deadline `T1 + ttl − drift − lead`; an acquire won on votes
+    /// without a release proof reports `Acquired` only `hold` later). Off: the watch as before
+    /// 5375106 (every reading a base, only the latest compared, band 0).
+    pub blind: bool,
+    /// The reconnect taint (issue 34, `--unsafe-disable-reconnect-taint` in the binary): each
+    /// lock command is logged with the connection it went out on (`TermLog::sent`'s
+    /// generation), so a command sent on a new connection while one on an older connection is
+    /// unanswered taints the node for the release proof; and a RENEW never heals a missing key
+    /// over a reservation. Off: every connection is logged as one, and RENEW heals whatever is
+    /// reserved (5375106).
+    pub reconnect_taint: bool,
 }
 
 impl Defences {
-    /// Everything on, as the binary runs, except `rewatch` (see there).
+    /// Everything on, as the binary runs.
     pub const ALL: Defences = Defences {
         quarantine: true,
         clock_check: true,
         answer_time: true,
         drift_term: true,
-        rewatch: false,
+        rewatch: true,
         release_proof: true,
         attestation: true,
+        blind: true,
+        reconnect_taint: true,
     };
 }
 
@@ -120,6 +137,13 @@ pub struct Faults {
     pub jump_forward: bool,
     /// A node's wall clock steps backward by `jump_units`.
     pub jump_backward: bool,
+    /// A sidecar reads every connected node's clock in a reading that took `slow_units` (sent
+    /// that long ago, the node read its clock at the end): a slow refresh.
+    pub slow_refresh: bool,
+    /// A running sidecar replaces its connection to a node while commands are in flight on it
+    /// (a maintenance read timed out): the node may still run them, later, and nobody reads
+    /// their replies; the new connection's handshake reads INFO and the clock.
+    pub reconnect: bool,
     /// At most this many faults per behaviour (resuming is not a fault).
     pub max: u8,
 }
@@ -139,6 +163,13 @@ pub struct System {
     pub faults: Faults,
     /// Size of a wall-clock jump, units.
     pub jump_units: i64,
+    /// Round trip of a slow refresh ([`Faults::slow_refresh`], [`System::slow_refresh_at`]),
+    /// units of real time.
+    pub slow_units: i64,
+    /// A scheduled slow refresh, not counted as a fault: (sidecar, unit): that sidecar's
+    /// refresh at the tick that reaches that unit takes `slow_units` (a scenario that needs one
+    /// at a known place, without the search placing it everywhere).
+    pub slow_refresh_at: Option<(u8, u8)>,
     /// Which defences are on.
     pub defences: Defences,
     /// If set, only sidecar 0 (A) may start rounds until real time reaches this unit, so a
@@ -159,6 +190,11 @@ pub struct System {
     /// Whether sidecars ask for and give attestations of their clock watches
     /// (`src/redlock/node/attest.rs`): request, vouch and check, each one step.
     pub attestations: bool,
+    /// If set, only these sidecars ask for attestations (every sidecar may still vouch): a
+    /// scenario with several fresh sidecars gives each one path to counting.
+    pub requesters: Option<Vec<bool>>,
+    /// If set, a graceful handover names only this sidecar.
+    pub successor: Option<u8>,
 }
 
 /// The value a sidecar stores in the key: (sidecar, nonce), the nonce new for every round.
@@ -201,7 +237,14 @@ pub enum Req {
         on_proof: bool,
     },
     /// RENEW: PEXPIRE ours, or heal a lost key with SET NX; set-if-greater epoch on 1 or 2.
-    Renew { round: u16, value: Val, token: u64 },
+    /// `guarded`: KEYS[3] is the reservation key, so a missing key is not healed while a
+    /// reservation exists (3); false under the test-only switch (a key that never exists).
+    Renew {
+        round: u16,
+        value: Val,
+        token: u64,
+        guarded: bool,
+    },
     /// RELEASE: token-checked delete (its reply is not modelled); a graceful one reserves the
     /// key for the successor, with the proof if the releaser marked this node.
     Release {
@@ -217,7 +260,7 @@ pub enum Answer {
     Granted { epoch: u64, proved: bool },
     /// ACQUIRE denied (or probed); the node's epoch.
     Denied { epoch: u64 },
-    /// RENEW: 1 renewed, 2 healed, 0 someone else's.
+    /// RENEW: 1 renewed, 2 healed, 0 someone else's, 3 missing and reserved (not healed).
     Renewed(u8),
 }
 
@@ -243,6 +286,10 @@ pub struct Link {
     /// Commands of a crashed process of this sidecar: the node may still run them; nobody reads
     /// the replies.
     pub orphans: VecDeque<(u8, Req)>,
+    /// Commands sent on a connection this process replaced ([`Faults::reconnect`]): the node
+    /// may still run them at any later time (no delay bound: they may sit in a send buffer or
+    /// be retransmitted), after the new connection's commands; nobody reads the replies.
+    pub stale: VecDeque<Req>,
     /// Replies not yet read (with the unit they were sent in).
     pub replies: VecDeque<(u8, Reply)>,
     /// run_id seen by the last handshake (`Health.run_id`).
@@ -251,6 +298,12 @@ pub struct Link {
     pub exclusion: Option<Exclusion<Us>>,
     /// The clock watch (`Health.clock`).
     pub watch: Watch,
+    /// Which connection this is (`Verified.generation`): every reconnect of a live sidecar
+    /// counts one.
+    pub generation: u8,
+    /// Local µs at which the latest fast reading (round trip within the base bound) was sent
+    /// (`Health.last_reading`): the maintenance cadence counts from it.
+    pub last_fast_us: Option<i64>,
 }
 
 /// A lease as the elector holds it.
@@ -294,6 +347,10 @@ pub struct Round {
     pub value: Option<Val>,
     /// Per node, the command's sequence number in the term log.
     pub seqs: Vec<u64>,
+    /// `Blind::lead`: the largest blind band (`Watch::band_us`) of the counted votes, µs.
+    pub lead_us: i64,
+    /// `Blind::hold`: the largest band of the counted votes without a release proof, µs.
+    pub hold_us: i64,
 }
 
 /// One sidecar process (and its host's monotonic clock).
@@ -324,6 +381,11 @@ pub struct Sidecar {
     pub rounds: u8,
     /// `Redlock.term_log`: the lock commands of the current value per node.
     pub log: TermLog,
+    /// An acquire won on votes without a release proof, sleeping out its hold
+    /// (`Blind::hold`) before it reports `Acquired`: the lease, the round's proposal, and the
+    /// local µs the sleep ends at. The first step at or after it (a tick, a resume) hands the
+    /// result on.
+    pub holding: Option<(Lease, u64, i64)>,
 }
 
 /// A state of the whole system.
@@ -338,6 +400,10 @@ pub struct State {
     /// Highest token of any term published so far, and whether a term ever failed to exceed it.
     pub max_token: u64,
     pub s2_broken: bool,
+    /// A release proof was written on a node while a lock command of the releaser's term could
+    /// still arrive there (on a connection it replaced): the invariant the proof rests on
+    /// (`src/redlock/proof.rs`), broken.
+    pub false_proof: bool,
     /// Within one step only: the successor a release just notified (`run_script` sets it, the
     /// step hands it to that sidecar's elector).
     pub notified: Option<u8>,
@@ -365,6 +431,13 @@ pub enum Action {
     Resume(u8),
     CrashRestart(u8),
     NodeRestart(u8),
+    /// A slow refresh of sidecar `k`: a reading of every connected node sent `slow_units` ago.
+    SlowRefresh(u8),
+    /// Sidecar `sidecar` replaces its connection to `node` with commands in flight on it.
+    Reconnect {
+        sidecar: u8,
+        node: u8,
+    },
     Jump {
         node: u8,
         forward: bool,
@@ -382,6 +455,11 @@ pub enum Action {
     },
     /// The node runs the next command of this sidecar's crashed predecessor.
     ApplyOrphan {
+        sidecar: u8,
+        node: u8,
+    },
+    /// The node runs the next command this sidecar sent on a connection it replaced.
+    ApplyStale {
         sidecar: u8,
         node: u8,
     },
@@ -483,6 +561,8 @@ impl System {
             rates: vec![vec![Rate::Exact]; 2],
             faults,
             jump_units: 4,
+            slow_units: 1,
+            slow_refresh_at: None,
             defences,
             a_first_until: 0,
             max_rounds: 4,
@@ -490,15 +570,21 @@ impl System {
             handovers: false,
             connect_at: vec![0; 2],
             attestations: false,
+            requesters: None,
+            successor: None,
         }
     }
 
-    fn policy(&self) -> Policy {
+    /// The binary's policy for the model's ttl and `driftFactor`, with the base bound of
+    /// [`BASE_RTT`]: a reading taken within one step (handshakes, refreshes, a reply read in the
+    /// unit it was sent: round trip 0) is a base, one that spans a tick (≥ 0.9 unit) is not.
+    pub fn policy(&self) -> Policy {
         Policy {
             rewatch_after_gap: self.defences.rewatch,
             proof_check: self.defences.release_proof,
             attestation_check: self.defences.attestation,
-            ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check)
+            blind_check: self.defences.blind,
+            ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check).with_base_rtt(BASE_RTT)
         }
     }
 
@@ -566,9 +652,69 @@ impl System {
             sent_us,
             received_us: self.clock(s, k),
         };
+        self.observe_reading(s, k, i, reading);
+    }
+
+    /// `Node::observe`: the watch takes the reading; a fast one (round trip within the base
+    /// bound) also counts for the maintenance cadence (`Health.last_reading`).
+    fn observe_reading(&self, s: &mut State, k: usize, i: usize, reading: Reading) {
         let run = run_id(s.redis[i].run);
         let policy = self.policy();
-        s.sidecars[k].links[i].watch.observe(&run, reading, &policy);
+        let l = &mut s.sidecars[k].links[i];
+        l.watch.observe(&run, reading, &policy);
+        if reading.received_us - reading.sent_us <= policy.base_rtt_us {
+            l.last_fast_us = l.last_fast_us.max(Some(reading.sent_us));
+        }
+    }
+
+    /// `Node::maintain`'s cadence: the clock is read when no fast reading came for a third of
+    /// the window (`Node::clock_refresh`).
+    fn clock_due(&self, l: &Link, now_us: i64) -> bool {
+        let every = (self.policy().window_us / 3).max(1);
+        l.last_fast_us.is_none_or(|at| now_us - at >= every)
+    }
+
+    /// A slow refresh of every connected node by sidecar `k`: sent `slow_units` of real time
+    /// ago, the node's clock read now (where in the round trip is the adversary's: at the end
+    /// is what widens the next comparison most).
+    fn slow_refresh(&self, s: &mut State, k: usize) {
+        let sent_us = self.clock(s, k) - self.slow_units * s.sidecars[k].rate.us_per_unit();
+        for i in 0..self.nodes {
+            if s.sidecars[k].links[i].conn {
+                self.observe(s, k, i, sent_us);
+            }
+        }
+    }
+
+    /// The end of a hold (`tokio::time::sleep(blind.hold)` in `acquire_inner`): once sidecar
+    /// `k`'s clock reached it, `won` runs, as after a decision without a hold.
+    fn end_hold(&self, s: &mut State, k: usize) {
+        let Some((lease, proposed, until_us)) = s.sidecars[k].holding else {
+            return;
+        };
+        if self.clock(s, k) < until_us {
+            return;
+        }
+        s.sidecars[k].holding = None;
+        // After the sleep `acquire_inner` checks the validity again (`t1.elapsed()` against
+        // `drift + lead`, i.e. the deadline): a hold outlasted by a pause is released and lost.
+        if self.clock(s, k) >= lease.deadline_us {
+            Self::release(s, k, lease.value);
+            self.attempted(s, k, None);
+            return;
+        }
+        self.won(s, k, lease, proposed);
+    }
+
+    /// `Redlock::won`: the token is the proposal (on a quorum already), or the first renewal
+    /// writes it.
+    fn won(&self, s: &mut State, k: usize, lease: Lease, proposed: u64) {
+        if lease.token == proposed {
+            self.attempted(s, k, Some(lease));
+        } else {
+            s.sidecars[k].confirming = Some(lease);
+            self.start_renew(s, k, lease);
+        }
     }
 
     /// `Node::handshake`: INFO (classify → restart quarantine), then a clock reading.
@@ -896,10 +1042,24 @@ impl System {
         let c = &mut s.sidecars[k];
         c.round = None;
         let now = s.now;
+        let mut false_proof = false;
         for i in 0..self.nodes {
             let counts = self.counts(&c.links[i], now_us);
             let proof = proof::may_prove(&c.log, &value, i, valid, counts);
             let l = &mut c.links[i];
+            // The invariant the proof rests on: nothing of this term can still arrive there.
+            let ours = |r: &Req| match r {
+                Req::Acquire { value: v, .. } | Req::Renew { value: v, .. } => *v == lease.value,
+                Req::Release { .. } => false,
+            };
+            if proof
+                && l.stale
+                    .iter()
+                    .chain(l.orphans.iter().map(|(_, r)| r))
+                    .any(ours)
+            {
+                false_proof = true;
+            }
             if l.conn {
                 l.reqs.push_back((
                     now,
@@ -910,6 +1070,7 @@ impl System {
                 ));
             }
         }
+        s.false_proof |= false_proof;
     }
 
     /// Send a round's commands; a node without a verified connection is `NotConnected` at once.
@@ -937,6 +1098,8 @@ impl System {
             max_epoch: 0,
             value: None,
             seqs: vec![0; self.nodes],
+            lead_us: 0,
+            hold_us: 0,
         };
         for (i, l) in c.links.iter_mut().enumerate() {
             if l.conn {
@@ -949,7 +1112,12 @@ impl System {
                 // split states that behave alike.
                 if let Some(v) = value.filter(|_| self.handovers) {
                     round.value = Some(v);
-                    round.seqs[i] = c.log.sent(&val_str(v), i, self.nodes, 0);
+                    // Under the test-only switch every connection is logged as one.
+                    let generation = match self.defences.reconnect_taint {
+                        true => l.generation as u64,
+                        false => 0,
+                    };
+                    round.seqs[i] = c.log.sent(&val_str(v), i, self.nodes, generation);
                 }
                 l.reqs.push_back((now, r));
                 round.waiting[i] = true;
@@ -1006,10 +1174,12 @@ impl System {
     }
 
     fn start_renew(&self, s: &mut State, k: usize, lease: Lease) {
+        let guarded = self.defences.reconnect_taint;
         self.start_round(s, k, RoundKind::Renew, move |round, _| Req::Renew {
             round,
             value: lease.value,
             token: lease.token,
+            guarded,
         });
     }
 
@@ -1030,8 +1200,15 @@ impl System {
         };
         let now_us = self.clock(s, k);
         let elapsed = Duration::from_micros((now_us - round.t1_us) as u64);
-        let valid = math::validity(TTL, elapsed, self.drift()).is_some();
-        let deadline_us = round.t1_us + (TTL - self.drift()).as_micros() as i64;
+        // `Blind`: the term ends `lead` sooner; an acquire waits `hold` before it reports (a
+        // renewal has no hold: its term began already).
+        let lead = Duration::from_micros(round.lead_us.max(0) as u64);
+        let hold = match round.kind {
+            RoundKind::Acquire { .. } => Duration::from_micros(round.hold_us.max(0) as u64),
+            RoundKind::Renew => Duration::ZERO,
+        };
+        let valid = math::validity(TTL, elapsed + hold, self.drift() + lead).is_some();
+        let deadline_us = round.t1_us + TTL.saturating_sub(self.drift() + lead).as_micros() as i64;
         let c = &mut s.sidecars[k];
         c.round = None;
         // Replies of a finished round are never read: drop them (later ones are not queued).
@@ -1050,11 +1227,10 @@ impl System {
                         token,
                         deadline_us,
                     };
-                    if token == proposed {
-                        self.attempted(s, k, Some(lease));
+                    if hold.is_zero() {
+                        self.won(s, k, lease, proposed);
                     } else {
-                        c.confirming = Some(lease);
-                        self.start_renew(s, k, lease);
+                        c.holding = Some((lease, proposed, now_us + hold.as_micros() as i64));
                     }
                 } else {
                     c.epoch_seen = c.epoch_seen.max(round.max_epoch);
@@ -1146,13 +1322,15 @@ impl System {
                 round,
                 value,
                 token,
+                guarded,
             } => {
                 let res = match r.key {
                     Some((v, _)) if v == value => 1,
+                    None if guarded && r.reserved.is_some() => 3,
                     None => 2,
                     Some(_) => 0,
                 };
-                if res != 0 {
+                if res == 1 || res == 2 {
                     r.key = Some((value, wall + ttl_us));
                     if token > r.epoch {
                         r.epoch = token;
@@ -1198,9 +1376,10 @@ impl System {
             sent_us: round.t1_us,
             received_us: now_us,
         };
+        self.observe_reading(s, k, i, reading);
         let run = run_id(s.redis[i].run);
-        let policy = self.policy();
-        s.sidecars[k].links[i].watch.observe(&run, reading, &policy);
+        // `Node::observe` returns the reading's band; the reply carries it.
+        let band_us = s.sidecars[k].links[i].watch.band_us();
         // `Redlock::counts_vote`: a proof is taken at this very reading.
         // Under the test-only switch, every grant on a node asked on a proof is taken as proved.
         if let (RoundKind::Acquire { on_proof, .. }, Answer::Granted { proved, .. }) =
@@ -1242,6 +1421,11 @@ impl System {
         };
         if yes {
             r.yes += 1;
+            // `Blind::count(band, proved)`.
+            r.lead_us = r.lead_us.max(band_us);
+            if !matches!(reply.answer, Answer::Granted { proved: true, .. }) {
+                r.hold_us = r.hold_us.max(band_us);
+            }
         } else {
             r.not_yes += 1;
         }
@@ -1424,10 +1608,12 @@ impl Model for System {
                             last_start: None,
                             rounds: 0,
                             log: TermLog::default(),
+                            holding: None,
                         })
                         .collect(),
                     max_token: 0,
                     s2_broken: false,
+                    false_proof: false,
                     notified: None,
                 };
                 for k in 0..self.sidecars {
@@ -1446,12 +1632,14 @@ impl Model for System {
                         l.watch = Watch::default();
                         let per = rate.us_per_unit();
                         // A fresh sidecar read each clock once, now: its watch has just begun.
-                        let times: &[i64] = if self.fresh.get(k) == Some(&true) {
-                            &[0]
+                        // The others read it at the binary's cadence (every third of the window,
+                        // 4 units, as the ticks do from now on) for 16 units.
+                        let times: Vec<i64> = if self.fresh.get(k) == Some(&true) {
+                            vec![0]
                         } else {
-                            &[-14, 0]
+                            vec![-16, -12, -8, -4, 0]
                         };
-                        for &t in times {
+                        for t in times {
                             let reading = Reading {
                                 node_us: WALL0_US + t * UNIT_US,
                                 sent_us: t * per,
@@ -1500,6 +1688,19 @@ impl Model for System {
             if fault && f.sidecar_crash {
                 actions.push(Action::CrashRestart(k8));
             }
+            if fault && f.slow_refresh && !c.paused && self.running(s, k) {
+                actions.push(Action::SlowRefresh(k8));
+            }
+            if fault && f.reconnect && !c.paused && self.running(s, k) {
+                for (i, l) in c.links.iter().enumerate() {
+                    if l.conn && !l.reqs.is_empty() {
+                        actions.push(Action::Reconnect {
+                            sidecar: k8,
+                            node: i as u8,
+                        });
+                    }
+                }
+            }
             for (i, l) in c.links.iter().enumerate() {
                 let (sidecar, node) = (k8, i as u8);
                 if !l.reqs.is_empty() {
@@ -1508,8 +1709,12 @@ impl Model for System {
                 if !l.orphans.is_empty() {
                     actions.push(Action::ApplyOrphan { sidecar, node });
                 }
+                if !l.stale.is_empty() {
+                    actions.push(Action::ApplyStale { sidecar, node });
+                }
                 if self.attestations && !c.paused && self.running(s, k) {
-                    if let Some(epoch) = self.wanted(s, k, i) {
+                    let requests = self.requesters.as_ref().is_none_or(|r| r[k]);
+                    if let Some(epoch) = self.wanted(s, k, i).filter(|_| requests) {
                         let entry = s.redis[i].attest.iter().find(|e| (e.0, e.1) == (k8, epoch));
                         match entry {
                             None => actions.push(Action::Request { sidecar, node }),
@@ -1535,6 +1740,7 @@ impl Model for System {
             }
             let may_start = self.running(s, k)
                 && c.round.is_none()
+                && c.holding.is_none()
                 && c.last_start != Some(s.now)
                 && c.rounds < self.max_rounds
                 && (k == 0 || s.now >= self.a_first_until);
@@ -1547,8 +1753,9 @@ impl Model for System {
                     false => Action::StartAcquire(k8),
                 });
             }
-            if leading && self.handovers && c.round.is_none() {
-                for to in (0..self.sidecars).filter(|&j| j != k) {
+            if leading && self.handovers && c.round.is_none() && c.holding.is_none() {
+                let named = |j: usize| self.successor.is_none_or(|t| t as usize == j);
+                for to in (0..self.sidecars).filter(|&j| j != k && named(j)) {
                     actions.push(Action::Handover {
                         from: k8,
                         to: to as u8,
@@ -1579,21 +1786,44 @@ impl Model for System {
                     if self.past_deadline(&s, k) {
                         self.feed(&mut s, k, Event::Timer, None);
                     }
+                    let now_us = self.clock(&s, k);
                     for i in 0..self.nodes {
-                        if s.sidecars[k].links[i].conn {
-                            let now_us = self.clock(&s, k);
-                            self.observe(&mut s, k, i, now_us);
-                        } else {
+                        let l = &s.sidecars[k].links[i];
+                        if !l.conn {
                             self.handshake(&mut s, k, i);
+                        } else if self.clock_due(l, now_us) {
+                            self.observe(&mut s, k, i, now_us);
                         }
                     }
+                    if self.slow_refresh_at == Some((k as u8, s.now)) {
+                        self.slow_refresh(&mut s, k);
+                    }
+                    self.end_hold(&mut s, k);
                 }
             }
             Action::Pause(k) => {
                 s.faults += 1;
                 s.sidecars[k as usize].paused = true;
             }
-            Action::Resume(k) => s.sidecars[k as usize].paused = false,
+            Action::Resume(k) => {
+                s.sidecars[k as usize].paused = false;
+                self.end_hold(&mut s, k as usize);
+            }
+            Action::SlowRefresh(k) => {
+                s.faults += 1;
+                self.slow_refresh(&mut s, k as usize);
+            }
+            Action::Reconnect { sidecar, node } => {
+                s.faults += 1;
+                let (k, i) = (sidecar as usize, node as usize);
+                let l = &mut s.sidecars[k].links[i];
+                // The old connection's commands may still run; their replies are never read.
+                let stale = std::mem::take(&mut l.reqs);
+                l.stale.extend(stale.into_iter().map(|(_, r)| r));
+                l.replies.clear();
+                l.generation = l.generation.wrapping_add(1);
+                self.handshake(&mut s, k, i);
+            }
             Action::CrashRestart(k) => {
                 s.faults += 1;
                 let c = &mut s.sidecars[k as usize];
@@ -1604,6 +1834,7 @@ impl Model for System {
                 c.pending = None;
                 c.notice = false;
                 c.confirming = None;
+                c.holding = None;
                 c.log = TermLog::default();
                 let now_us = self.clock(&s, k as usize);
                 s.sidecars[k as usize].elector = self.machine(k as usize, now_us);
@@ -1613,6 +1844,7 @@ impl Model for System {
                     orphans.extend(l.reqs.drain(..));
                     *l = Link {
                         orphans,
+                        stale: std::mem::take(&mut l.stale),
                         ..Link::default()
                     };
                 }
@@ -1632,6 +1864,7 @@ impl Model for System {
                     l.conn = false;
                     l.reqs.clear();
                     l.orphans.clear();
+                    l.stale.clear();
                     l.replies.clear();
                 }
             }
@@ -1665,6 +1898,14 @@ impl Model for System {
             Action::ApplyOrphan { sidecar, node } => {
                 let (k, i) = (sidecar as usize, node as usize);
                 let (_, req) = s.sidecars[k].links[i].orphans.pop_front()?;
+                Self::run_script(&mut s, i, &req);
+                if let Some(to) = s.notified.take() {
+                    self.notify(&mut s, to as usize);
+                }
+            }
+            Action::ApplyStale { sidecar, node } => {
+                let (k, i) = (sidecar as usize, node as usize);
+                let req = s.sidecars[k].links[i].stale.pop_front()?;
                 Self::run_script(&mut s, i, &req);
                 if let Some(to) = s.notified.take() {
                     self.notify(&mut s, to as usize);
@@ -1714,6 +1955,10 @@ impl Model for System {
                 m.leaders(s).len() <= 1
             }),
             Property::always("S2 fencing tokens increase", |_, s: &State| !s.s2_broken),
+            Property::always(
+                "a release proof only where nothing of the term can still arrive",
+                |_, s: &State| !s.false_proof,
+            ),
             Property::sometimes("a leader is reachable", |m: &System, s: &State| {
                 !m.leaders(s).is_empty()
             }),
@@ -1745,6 +1990,15 @@ impl System {
                 if c.paused { " PAUSED" } else { "" }
             );
             match (c.confirming, c.elector.term()) {
+                _ if c.holding.is_some() => {
+                    let (l, _, until) = c.holding.unwrap();
+                    let _ = write!(
+                        out,
+                        "won token {}, holding until {} (blind band)",
+                        l.token,
+                        units(until)
+                    );
+                }
                 (Some(l), _) => {
                     let _ = write!(out, "confirming token {}", l.token);
                 }
@@ -1780,6 +2034,14 @@ impl System {
                     r.yes,
                     r.not_yes
                 );
+                if r.lead_us > 0 {
+                    let _ = write!(
+                        out,
+                        " (blind band: lead {}, hold {})",
+                        units(r.lead_us),
+                        units(r.hold_us)
+                    );
+                }
             }
             let counting: String = c
                 .links
@@ -1840,8 +2102,10 @@ impl System {
             if let Some(a) = action {
                 let next = self.next_state(state, *a).expect("replayable");
                 let _ = writeln!(out, "{:>3}. {}", n + 1, self.format(*a));
-                if !matches!(a, Action::Apply { .. } | Action::ApplyOrphan { .. })
-                    || n + 2 == path.len()
+                if !matches!(
+                    a,
+                    Action::Apply { .. } | Action::ApplyOrphan { .. } | Action::ApplyStale { .. }
+                ) || n + 2 == path.len()
                 {
                     out.push_str(&self.describe(&next));
                 }
@@ -1858,6 +2122,15 @@ impl System {
             Action::Resume(k) => format!("{} resumes", n(k)),
             Action::CrashRestart(k) => format!("FAULT: {} crashes and restarts", n(k)),
             Action::NodeRestart(i) => format!("FAULT: node {i} restarts empty"),
+            Action::Reconnect { sidecar, node } => format!(
+                "FAULT: {} replaces its connection to node {node} with commands in flight (they may still run)",
+                n(sidecar)
+            ),
+            Action::SlowRefresh(k) => format!(
+                "FAULT: {} reads every node's clock in a reading that took {} unit(s) (sent then, read by the node now)",
+                n(k),
+                self.slow_units
+            ),
             Action::Jump { node, forward } => format!(
                 "FAULT: node {node}'s wall clock jumps {} {} units",
                 if forward { "forward" } else { "backward" },
@@ -1877,6 +2150,10 @@ impl System {
                     n(sidecar)
                 )
             }
+            Action::ApplyStale { sidecar, node } => format!(
+                "node {node} runs a command {} sent on the connection it replaced",
+                n(sidecar)
+            ),
             Action::Deliver { sidecar, node } => {
                 format!("{} reads node {node}'s reply", n(sidecar))
             }
