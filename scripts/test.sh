@@ -58,7 +58,7 @@ cargo test --locked --release --lib --bins --test suite --benches -- --test-thre
 # The model check (tests/model.rs, docs/model.md) runs on its own, one check at a time (a few
 # minutes; unoptimized it would be about five times slower, so a debug build lists its checks as
 # ignored).
-echo "== cargo test --release --test model (stateright model check: four hazards off and on, S1, S2)"
+echo "== cargo test --release --test model (stateright model check: each hazard off and on; S1, S2, the release proof's invariant)"
 cargo test --locked --release --test model -- --test-threads=1
 
 # From here on the foreground needs the image's binary (check-image.sh, the real-node tests). A
