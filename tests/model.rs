@@ -193,21 +193,9 @@ fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> O
         },
         run.depth,
         elapsed.as_secs_f64(),
-        if run.s1.is_some() {
-            "VIOLATED"
-        } else {
-            "holds"
-        },
-        if run.s2.is_some() {
-            "VIOLATED"
-        } else {
-            "holds"
-        },
-        if run.proof.is_some() {
-            "VIOLATED"
-        } else {
-            "holds"
-        },
+        verdict(&run.s1),
+        verdict(&run.s2),
+        verdict(&run.proof),
         if run.live {
             "reachable"
         } else if expect_violation {
@@ -216,14 +204,7 @@ fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> O
             "NOT REACHED"
         },
     );
-    let found = run.s1.or(run.s2).or(run.proof).map(|steps| {
-        let trace = sys.render(&steps);
-        eprintln!(
-            "[model] {label}: counterexample, {} steps\n{trace}",
-            steps.len() - 1
-        );
-        trace
-    });
+    let found = run.counterexample(label, &sys);
     if !expect_violation {
         assert!(run.done, "{label}: the search did not finish");
         assert!(
@@ -250,7 +231,30 @@ struct Run {
     live: bool,
 }
 
+/// How a report names a property's result.
+fn verdict<T>(found: &Option<T>) -> &'static str {
+    if found.is_some() { "VIOLATED" } else { "holds" }
+}
+
 impl Run {
+    /// The trace of the first violation found (S1, else S2, else the proof's invariant),
+    /// printed step by step.
+    fn counterexample(&self, label: &str, sys: &System) -> Option<String> {
+        let found = self
+            .s1
+            .as_ref()
+            .or(self.s2.as_ref())
+            .or(self.proof.as_ref());
+        found.map(|steps| {
+            let trace = sys.render(steps);
+            eprintln!(
+                "[model] {label}: counterexample, {} steps\n{trace}",
+                steps.len() - 1
+            );
+            trace
+        })
+    }
+
     fn of(c: impl Checker<System>) -> Run {
         Run {
             states: c.state_count(),
@@ -1014,7 +1018,6 @@ fn walk(label: &str, sys: System, states: usize, expect_violation: bool) -> Opti
             .spawn_simulation(seed, stateright::UniformChooser)
             .join(),
     );
-    let verdict = |v: &Option<_>| if v.is_some() { "VIOLATED" } else { "holds" };
     eprintln!(
         "[model] {label}, random walks (seed {seed}): {} states, depth {}, {:.1} s; S1 {}, S2 {}, proof {}, leader {}",
         run.states,
@@ -1031,14 +1034,7 @@ fn walk(label: &str, sys: System, states: usize, expect_violation: bool) -> Opti
             "{label}: no walk reached a leader (the walks are vacuous)"
         );
     }
-    run.s1.or(run.s2).or(run.proof).map(|steps| {
-        let trace = sys.render(&steps);
-        eprintln!(
-            "[model] {label}: counterexample, {} steps\n{trace}",
-            steps.len() - 1
-        );
-        trace
-    })
+    run.counterexample(label, &sys)
 }
 
 /// The three-sidecar walks' system: horizon 3, two rounds each, and two faults among a
