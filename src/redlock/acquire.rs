@@ -192,7 +192,24 @@ impl Redlock {
         let mut replies = Replies::default();
         let mut outcomes = vec![Outcome::NoAnswer; n_nodes];
         let mut blind = Blind::default();
-        while let Some((i, node, mode, seq, r)) = pending.next().await {
+        // Once a quorum counted: when the term may begin, its best quorum's hold after the
+        // vote that made that quorum ([`Blind::hold`]). Until then the replies still out are
+        // read, in case a better quorum ends the hold sooner.
+        let mut begin: Option<Instant> = None;
+        // Whether the quorum that decided asked for a hold: the term is then checked again
+        // once it begins.
+        let mut held = false;
+        loop {
+            let next = match begin {
+                None => pending.next().await,
+                Some(at) => tokio::time::timeout_at(at, pending.next())
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            let Some((i, node, mode, seq, r)) = next else {
+                break;
+            };
             let (vote, reading, band) = match r {
                 Ok(reply) => (
                     parse_acquire(Ok(reply.items)),
@@ -210,7 +227,10 @@ impl Redlock {
             let counted = granted && self.counts_vote(node, mode, proved, reading);
             outcomes[i] = Outcome::of(mode, &vote, Some(counted));
             replies.record(vote);
-            if answered {
+            // A reply read during the hold is left out of the term log, as the model drops a
+            // straggler of a decided round unread: its node proves nothing until a later
+            // command there is answered (fewer proofs, never a false one).
+            if answered && begin.is_none() {
                 self.log_answered(&value, i, seq, counted);
             }
             if counted {
@@ -219,22 +239,34 @@ impl Redlock {
             } else {
                 tally.not_yes += 1;
             }
-            if tally.decided().is_some() {
-                break;
+            match tally.decided() {
+                Some(true) => {
+                    let hold = blind.hold(tally.quorum);
+                    held |= begin.is_none() && !hold.is_zero();
+                    let at = Instant::now() + hold;
+                    let at = begin.map_or(at, |b| b.min(at));
+                    begin = Some(at);
+                    if at <= Instant::now() {
+                        break;
+                    }
+                }
+                Some(false) => break,
+                None => {}
             }
         }
-        let valid = math::validity(self.ttl, t1.elapsed() + blind.hold, self.drift + blind.lead);
-        if tally.decided() == Some(true) && valid.is_some() {
+        // The term's validity as of its beginning.
+        let valid = begin.and_then(|at| math::validity(self.ttl, at - t1, self.drift + blind.lead));
+        if let (Some(at), Some(_)) = (begin, valid) {
             // Stragglers' replies no longer matter. A command its connection had not written
             // yet is dropped with them (redis skips a command whose reply nobody awaits): that
             // node gets the key at the first renewal, which sets it where it is missing.
             drop(pending);
-            if !blind.hold.is_zero() {
+            if held {
                 tracing::debug!(
-                    hold_ms = blind.hold.as_secs_f64() * 1000.0,
-                    "won without a release proof on every node: leading once a step of a node's clock the watch could have missed has run out"
+                    begins_after_ms = at.saturating_duration_since(t1).as_secs_f64() * 1000.0,
+                    "won without a release proof on a quorum: leading once a step of a node's clock the watch could have missed has run out"
                 );
-                tokio::time::sleep(blind.hold).await;
+                tokio::time::sleep_until(at).await;
                 // A pause during the hold (SIGSTOP, a stalled host) can outlast the term, and
                 // another sidecar may have led with a higher token meanwhile: a term already
                 // over must not be published after it.

@@ -89,7 +89,7 @@ pub struct Redlock {
     tasks: tokio_util::task::TaskTracker,
     /// The lock commands of the current term (or attempt) per node, for the release proof
     /// ([`proof`]).
-    term_log: std::sync::Mutex<proof::TermLog>,
+    term_log: Arc<std::sync::Mutex<proof::TermLog>>,
     /// The holder value the last watch saw on a quorum ([`Redlock::watch`]): the watch reads
     /// the epoch only when the holder changed.
     watched_holder: std::sync::Mutex<String>,
@@ -150,7 +150,7 @@ impl Redlock {
             epoch_seen: AtomicU64::new(0),
             releasing: tokio_util::task::TaskTracker::new(),
             tasks,
-            term_log: std::sync::Mutex::new(proof::TermLog::default()),
+            term_log: Arc::new(std::sync::Mutex::new(proof::TermLog::default())),
             watched_holder: std::sync::Mutex::new(String::new()),
             counting,
             reconnect_taint_off: config.unsafe_switches.reconnect_taint_off,
