@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redlock_elector::config::Prefer;
@@ -362,7 +362,8 @@ pub struct Sidecar {
     pub seq: u16,
     /// `Redlock.epoch_seen`.
     pub epoch_seen: u64,
-    pub links: Vec<Link>,
+    /// Shared until written (`Arc::make_mut`): a state is cloned per transition.
+    pub links: Vec<Arc<Link>>,
     /// The binary's elector ([`Machine`]): every decision above the rounds.
     pub elector: Machine,
     /// A round the elector asked for that has not gone out yet (an attempt after a notice that
@@ -660,7 +661,7 @@ impl System {
     fn observe_reading(&self, s: &mut State, k: usize, i: usize, reading: Reading) {
         let run = run_id(s.redis[i].run);
         let policy = self.policy();
-        let l = &mut s.sidecars[k].links[i];
+        let l = Arc::make_mut(&mut s.sidecars[k].links[i]);
         l.watch.observe(&run, reading, &policy);
         if reading.received_us - reading.sent_us <= policy.base_rtt_us {
             l.last_fast_us = l.last_fast_us.max(Some(reading.sent_us));
@@ -727,7 +728,7 @@ impl System {
             run_id(r.run)
         ));
         let run = r.run;
-        let l = &mut s.sidecars[k].links[i];
+        let l = Arc::make_mut(&mut s.sidecars[k].links[i]);
         let previous = l.run_id.map(run_id);
         l.exclusion = node::classify_at(&info, previous.as_deref(), TTL, Us(now_us));
         l.run_id = Some(run);
@@ -798,7 +799,9 @@ impl System {
         let vouched = s.redis[i].attest.contains(&(k as u8, epoch, true));
         let run = run_id(s.redis[i].run);
         if vouched {
-            s.sidecars[k].links[i].watch.attest(&run, epoch, now_us);
+            Arc::make_mut(&mut s.sidecars[k].links[i])
+                .watch
+                .attest(&run, epoch, now_us);
         }
     }
 
@@ -1016,7 +1019,7 @@ impl System {
     /// so running it early gives the adversary more, not less.
     fn release(s: &mut State, k: usize, value: Val) {
         for i in 0..s.redis.len() {
-            let l = &mut s.sidecars[k].links[i];
+            let l = Arc::make_mut(&mut s.sidecars[k].links[i]);
             if !l.conn {
                 continue;
             }
@@ -1046,7 +1049,7 @@ impl System {
         for i in 0..self.nodes {
             let counts = self.counts(&c.links[i], now_us);
             let proof = proof::may_prove(&c.log, &value, i, valid, counts);
-            let l = &mut c.links[i];
+            let l = Arc::make_mut(&mut c.links[i]);
             // The invariant the proof rests on: nothing of this term can still arrive there.
             let ours = |r: &Req| match r {
                 Req::Acquire { value: v, .. } | Req::Renew { value: v, .. } => *v == lease.value,
@@ -1101,7 +1104,7 @@ impl System {
             lead_us: 0,
             hold_us: 0,
         };
-        for (i, l) in c.links.iter_mut().enumerate() {
+        for (i, l) in c.links.iter_mut().map(Arc::make_mut).enumerate() {
             if l.conn {
                 let r = req(id, i);
                 let value = match &r {
@@ -1212,7 +1215,7 @@ impl System {
         let c = &mut s.sidecars[k];
         c.round = None;
         // Replies of a finished round are never read: drop them (later ones are not queued).
-        for l in &mut c.links {
+        for l in c.links.iter_mut().map(Arc::make_mut) {
             l.replies.clear();
         }
         match round.kind {
@@ -1361,7 +1364,10 @@ impl System {
 
     /// The sidecar reads a reply: the clock reading first (`Node::eval`), then the vote.
     fn deliver(&self, s: &mut State, k: usize, i: usize) {
-        let Some((_, reply)) = s.sidecars[k].links[i].replies.pop_front() else {
+        let Some((_, reply)) = Arc::make_mut(&mut s.sidecars[k].links[i])
+            .replies
+            .pop_front()
+        else {
             return;
         };
         let Some(round) = s.sidecars[k].round.clone() else {
@@ -1387,7 +1393,9 @@ impl System {
             && on_proof[i]
             && (*proved || !self.defences.release_proof)
         {
-            s.sidecars[k].links[i].watch.prove(&run, now_us);
+            Arc::make_mut(&mut s.sidecars[k].links[i])
+                .watch
+                .prove(&run, now_us);
         }
         let counts = self.counts(&s.sidecars[k].links[i], now_us);
         let check = self.defences.release_proof;
@@ -1507,10 +1515,12 @@ pub fn reachable(sys: &System, goal: impl Fn(&State) -> bool) -> Option<usize> {
 /// representative unless two different nodes' data hash alike, which costs reduction, never
 /// soundness: the representative is always a permutation of the state.
 pub fn canonical(s: &State) -> State {
-    use std::hash::{DefaultHasher, Hash, Hasher};
+    use std::hash::{BuildHasher, Hash, Hasher};
+    // Fixed keys: the order must not depend on the process (the checker's threads share it).
+    let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
     let n = s.redis.len();
     let key = |i: usize| {
-        let mut h = DefaultHasher::new();
+        let mut h = hasher.build_hasher();
         s.redis[i].hash(&mut h);
         for c in &s.sidecars {
             c.links[i].hash(&mut h);
@@ -1599,7 +1609,7 @@ impl Model for System {
                             paused: false,
                             seq: 0,
                             epoch_seen: 0,
-                            links: vec![Link::default(); self.nodes],
+                            links: (0..self.nodes).map(|_| Arc::new(Link::default())).collect(),
                             elector: self.machine(0, 0),
                             pending: None,
                             notice: false,
@@ -1628,7 +1638,7 @@ impl Model for System {
                     }
                     for i in 0..self.nodes {
                         self.handshake(&mut s, k, i);
-                        let l = &mut s.sidecars[k].links[i];
+                        let l = Arc::make_mut(&mut s.sidecars[k].links[i]);
                         l.watch = Watch::default();
                         let per = rate.us_per_unit();
                         // A fresh sidecar read each clock once, now: its watch has just begun.
@@ -1816,7 +1826,7 @@ impl Model for System {
             Action::Reconnect { sidecar, node } => {
                 s.faults += 1;
                 let (k, i) = (sidecar as usize, node as usize);
-                let l = &mut s.sidecars[k].links[i];
+                let l = Arc::make_mut(&mut s.sidecars[k].links[i]);
                 // The old connection's commands may still run; their replies are never read.
                 let stale = std::mem::take(&mut l.reqs);
                 l.stale.extend(stale.into_iter().map(|(_, r)| r));
@@ -1839,7 +1849,7 @@ impl Model for System {
                 let now_us = self.clock(&s, k as usize);
                 s.sidecars[k as usize].elector = self.machine(k as usize, now_us);
                 let c = &mut s.sidecars[k as usize];
-                for l in &mut c.links {
+                for l in c.links.iter_mut().map(Arc::make_mut) {
                     let mut orphans = std::mem::take(&mut l.orphans);
                     orphans.extend(l.reqs.drain(..));
                     *l = Link {
@@ -1860,7 +1870,7 @@ impl Model for System {
                 r.started_us = wall;
                 r.attest.clear();
                 for c in &mut s.sidecars {
-                    let l = &mut c.links[i];
+                    let l = Arc::make_mut(&mut c.links[i]);
                     l.conn = false;
                     l.reqs.clear();
                     l.orphans.clear();
@@ -1876,20 +1886,24 @@ impl Model for System {
             }
             Action::LoseReply { sidecar, node } => {
                 s.faults += 1;
-                s.sidecars[sidecar as usize].links[node as usize]
+                Arc::make_mut(&mut s.sidecars[sidecar as usize].links[node as usize])
                     .replies
                     .pop_front();
             }
             Action::StartAcquire(k) | Action::StartRenew(k) => self.start(&mut s, k as usize),
             Action::Apply { sidecar, node } => {
                 let (k, i) = (sidecar as usize, node as usize);
-                let (_, req) = s.sidecars[k].links[i].reqs.pop_front()?;
+                let (_, req) = Arc::make_mut(&mut s.sidecars[k].links[i])
+                    .reqs
+                    .pop_front()?;
                 let current = s.sidecars[k].round.as_ref().map(|r| r.id);
                 if let Some(reply) = Self::run_script(&mut s, i, &req)
                     && Some(reply.round) == current
                 {
                     let now = s.now;
-                    s.sidecars[k].links[i].replies.push_back((now, reply));
+                    Arc::make_mut(&mut s.sidecars[k].links[i])
+                        .replies
+                        .push_back((now, reply));
                 }
                 if let Some(to) = s.notified.take() {
                     self.notify(&mut s, to as usize);
@@ -1897,7 +1911,9 @@ impl Model for System {
             }
             Action::ApplyOrphan { sidecar, node } => {
                 let (k, i) = (sidecar as usize, node as usize);
-                let (_, req) = s.sidecars[k].links[i].orphans.pop_front()?;
+                let (_, req) = Arc::make_mut(&mut s.sidecars[k].links[i])
+                    .orphans
+                    .pop_front()?;
                 Self::run_script(&mut s, i, &req);
                 if let Some(to) = s.notified.take() {
                     self.notify(&mut s, to as usize);
@@ -1905,7 +1921,9 @@ impl Model for System {
             }
             Action::ApplyStale { sidecar, node } => {
                 let (k, i) = (sidecar as usize, node as usize);
-                let req = s.sidecars[k].links[i].stale.pop_front()?;
+                let req = Arc::make_mut(&mut s.sidecars[k].links[i])
+                    .stale
+                    .pop_front()?;
                 Self::run_script(&mut s, i, &req);
                 if let Some(to) = s.notified.take() {
                     self.notify(&mut s, to as usize);
