@@ -15,7 +15,7 @@
 //!   earlier one on *that connection* has run; a failed or timed-out command taints the node for
 //!   the rest of the term (it may still run later, on a connection the client already gave up),
 //!   and so does a command sent on a new connection while one on an older connection is still
-//!   unanswered (a straggler the round dropped, then a reconnect: the client may still write
+//!   unanswered (a straggler still out, then a reconnect: the client may still write
 //!   it, and Redis may still run it, after the new connection's replies). Each command is bound
 //!   to the connection it was logged on ([`super::node::Node::eval_read_on`]).
 //!

@@ -1,6 +1,7 @@
 //! The renew round: extend the key (healing it where a node lost it) and assert the term's
 //! fencing token, decided at the quorum-th counting yes.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -11,6 +12,8 @@ use tokio::time::Instant;
 use super::Redlock;
 use super::lease::Lease;
 use super::math::{self, Tally};
+use super::node::{CommandError, Node, Reply};
+use super::proof::TermLog;
 use super::scripts::scripts;
 
 impl Redlock {
@@ -27,8 +30,13 @@ impl Redlock {
             true => unreserved.as_str(),
             false => self.reservation_key.as_str(),
         };
-        let keys = [self.key.as_str(), self.epoch_key.as_str(), reservation];
-        let args = [lease.value.as_str(), &ttl_ms, &token];
+        // Owned: the replies still out when the round is decided are read in the background.
+        let keys = Arc::new([
+            self.key.clone(),
+            self.epoch_key.clone(),
+            reservation.to_string(),
+        ]);
+        let args = Arc::new([lease.value.clone(), ttl_ms, token]);
         let t1 = Instant::now();
         let n_nodes = self.nodes.len();
         let mut pending: FuturesUnordered<_> = self
@@ -37,8 +45,13 @@ impl Redlock {
             .enumerate()
             .map(|(i, n)| {
                 let (seq, generation) = self.log_sent(&lease.value, i, n_nodes);
-                let r = n.eval_read_on(generation, renew, &keys, &args);
-                async move { (i, n, seq, r.await) }
+                let (node, keys, args) = (n.clone(), keys.clone(), args.clone());
+                async move {
+                    let keys = keys.each_ref().map(String::as_str);
+                    let args = args.each_ref().map(String::as_str);
+                    let r = node.eval_read_on(generation, renew, &keys, &args).await;
+                    (i, node, seq, r)
+                }
             })
             .collect();
         let mut tally = Tally::new(self.nodes.len());
@@ -47,19 +60,7 @@ impl Redlock {
         let mut band = Duration::ZERO;
         while let Some((i, node, seq, r)) = pending.next().await {
             let reply_band = r.as_ref().map_or(Duration::ZERO, |reply| reply.band);
-            let r = r.map(|reply| reply.items);
-            let counted = match r.as_deref() {
-                Ok([Value::Int(1 | 2)]) if node.counts(Instant::now()) => true,
-                Ok([Value::Int(0)]) => {
-                    tracing::warn!(endpoint = %node.name(), "renewal denied: the key belongs to someone else on this node");
-                    false
-                }
-                _ => false,
-            };
-            match r {
-                Ok(_) => self.log_answered(&lease.value, i, seq, counted),
-                Err(_) => self.log_failed(&lease.value, i),
-            }
+            let counted = log_renewal(&self.term_log, &lease.value, i, &node, seq, &r);
             if counted {
                 tally.yes += 1;
                 band = band.max(reply_band);
@@ -70,9 +71,47 @@ impl Redlock {
                 break;
             }
         }
+        // The stragglers' replies are read (each bounded by the timeout) and logged, as the
+        // ones before the decision: a node whose last renewal was answered is settled for the
+        // release proof ([`super::proof`]). Dropped unread, the slowest node of every round
+        // stayed unsettled, and a graceful release proved only a quorum of the nodes.
+        if !pending.is_empty() {
+            let (log, value) = (self.term_log.clone(), lease.value.clone());
+            self.releasing.spawn(async move {
+                while let Some((i, node, seq, r)) = pending.next().await {
+                    log_renewal(&log, &value, i, &node, seq, &r);
+                }
+            });
+        }
         let ok = tally.decided() == Some(true)
             && math::validity(self.ttl, t1.elapsed(), self.drift + band).is_some();
         self.metrics.renewal(ok);
         ok.then(|| t1 + self.ttl - self.drift - band)
     }
+}
+
+/// Log one renewal's reply in the term log; returns whether its yes counts (`1` or `2` from a
+/// node that counts now).
+fn log_renewal(
+    log: &Mutex<TermLog>,
+    value: &str,
+    i: usize,
+    node: &Node,
+    seq: u64,
+    r: &Result<Reply, CommandError>,
+) -> bool {
+    let counted = match r.as_ref().map(|reply| reply.items.as_slice()) {
+        Ok([Value::Int(1 | 2)]) => node.counts(Instant::now()),
+        Ok([Value::Int(0)]) => {
+            tracing::warn!(endpoint = %node.name(), "renewal denied: the key belongs to someone else on this node");
+            false
+        }
+        _ => false,
+    };
+    let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+    match r {
+        Ok(_) => log.answered(value, i, seq, counted),
+        Err(_) => log.failed(value, i),
+    }
+    counted
 }

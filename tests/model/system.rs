@@ -244,6 +244,11 @@ pub enum Req {
         value: Val,
         token: u64,
         guarded: bool,
+        /// Its sequence number in the term log (0 when the scenario keeps no log), and the
+        /// round's T1: a reply read after the round was decided is still logged and read as a
+        /// clock reading (`renew::log_renewal`, in the binary's background task).
+        seq: u64,
+        t1_us: i64,
     },
     /// RELEASE: token-checked delete (its reply is not modelled); a graceful one reserves the
     /// key for the successor, with the proof if the releaser marked this node.
@@ -269,6 +274,8 @@ pub enum Answer {
 pub struct Reply {
     /// The round it answers.
     pub round: u16,
+    /// A renewal's value, sequence number and T1 ([`Req::Renew`]): a straggler is still read.
+    pub renew: Option<(Val, u64, i64)>,
     /// The node's `TIME`, µs.
     pub node_us: i64,
     /// The script's result.
@@ -1106,7 +1113,7 @@ impl System {
         };
         for (i, l) in c.links.iter_mut().map(Arc::make_mut).enumerate() {
             if l.conn {
-                let r = req(id, i);
+                let mut r = req(id, i);
                 let value = match &r {
                     Req::Acquire { value, .. } | Req::Renew { value, .. } => Some(*value),
                     Req::Release { .. } => None,
@@ -1121,6 +1128,9 @@ impl System {
                         false => 0,
                     };
                     round.seqs[i] = c.log.sent(&val_str(v), i, self.nodes, generation);
+                    if let Req::Renew { seq, .. } = &mut r {
+                        *seq = round.seqs[i];
+                    }
                 }
                 l.reqs.push_back((now, r));
                 round.waiting[i] = true;
@@ -1178,11 +1188,14 @@ impl System {
 
     fn start_renew(&self, s: &mut State, k: usize, lease: Lease) {
         let guarded = self.defences.reconnect_taint;
+        let t1_us = self.clock(s, k);
         self.start_round(s, k, RoundKind::Renew, move |round, _| Req::Renew {
             round,
             value: lease.value,
             token: lease.token,
             guarded,
+            seq: 0,
+            t1_us,
         });
     }
 
@@ -1214,9 +1227,12 @@ impl System {
         let deadline_us = round.t1_us + TTL.saturating_sub(self.drift() + lead).as_micros() as i64;
         let c = &mut s.sidecars[k];
         c.round = None;
-        // Replies of a finished round are never read: drop them (later ones are not queued).
-        for l in c.links.iter_mut().map(Arc::make_mut) {
-            l.replies.clear();
+        // An acquisition's replies after its decision are never read: drop them (later ones
+        // are not queued). A renewal's are still read ([`System::deliver`]).
+        for l in c.links.iter_mut() {
+            if l.replies.iter().any(|(_, r)| r.renew.is_none()) {
+                Arc::make_mut(l).replies.retain(|(_, r)| r.renew.is_some());
+            }
         }
         match round.kind {
             RoundKind::Acquire {
@@ -1289,6 +1305,7 @@ impl System {
         let wall = Self::wall(s, i);
         let ttl_us = TTL.as_micros() as i64;
         let r = &mut s.redis[i];
+        let mut renew = None;
         let (round, answer) = match *req {
             Req::Acquire {
                 round,
@@ -1303,6 +1320,7 @@ impl System {
                     if to != value.0 {
                         return Some(Reply {
                             round,
+                            renew: None,
                             node_us: wall,
                             answer: Answer::Denied { epoch: e },
                         });
@@ -1326,7 +1344,10 @@ impl System {
                 value,
                 token,
                 guarded,
+                seq,
+                t1_us,
             } => {
+                renew = Some((value, seq, t1_us));
                 let res = match r.key {
                     Some((v, _)) if v == value => 1,
                     None if guarded && r.reserved.is_some() => 3,
@@ -1357,6 +1378,7 @@ impl System {
         };
         Some(Reply {
             round,
+            renew,
             node_us: wall,
             answer,
         })
@@ -1370,13 +1392,29 @@ impl System {
         else {
             return;
         };
-        let Some(round) = s.sidecars[k].round.clone() else {
+        let now_us = self.clock(s, k);
+        let current = s.sidecars[k]
+            .round
+            .as_ref()
+            .filter(|r| r.id == reply.round && r.waiting[i])
+            .cloned();
+        let Some(round) = current else {
+            // A straggler of a finished round. A renewal's is read and logged (the binary's
+            // background task, `renew::log_renewal`); an acquisition's is dropped unread.
+            if let (Some((v, seq, t1_us)), Answer::Renewed(res)) = (reply.renew, &reply.answer) {
+                let reading = Reading {
+                    node_us: reply.node_us,
+                    sent_us: t1_us,
+                    received_us: now_us,
+                };
+                self.observe_reading(s, k, i, reading);
+                let yes = matches!(res, 1 | 2) && self.counts(&s.sidecars[k].links[i], now_us);
+                if self.handovers {
+                    s.sidecars[k].log.answered(&val_str(v), i, seq, yes);
+                }
+            }
             return;
         };
-        if round.id != reply.round || !round.waiting[i] {
-            return; // a straggler of a finished round: dropped unread
-        }
-        let now_us = self.clock(s, k);
         let reading = Reading {
             node_us: reply.node_us,
             sent_us: round.t1_us,
@@ -1898,7 +1936,7 @@ impl Model for System {
                     .pop_front()?;
                 let current = s.sidecars[k].round.as_ref().map(|r| r.id);
                 if let Some(reply) = Self::run_script(&mut s, i, &req)
-                    && Some(reply.round) == current
+                    && (Some(reply.round) == current || reply.renew.is_some())
                 {
                     let now = s.now;
                     Arc::make_mut(&mut s.sidecars[k].links[i])
