@@ -71,15 +71,23 @@ impl Redlock {
                 break;
             }
         }
-        // The stragglers' replies are read (each bounded by the timeout) and logged, as the
-        // ones before the decision: a node whose last renewal was answered is settled for the
+        // The stragglers' replies are read (each bounded by the timeout) and their answers
+        // logged, as the ones before the decision: a node whose last renewal was answered is settled for the
         // release proof ([`super::proof`]). Dropped unread, the slowest node of every round
         // stayed unsettled, and a graceful release proved only a quorum of the nodes.
         if !pending.is_empty() {
             let (log, value) = (self.term_log.clone(), lease.value.clone());
             self.releasing.spawn(async move {
                 while let Some((i, node, seq, r)) = pending.next().await {
-                    log_renewal(&log, &value, i, &node, seq, &r);
+                    // A straggler that fails or times out stays unanswered, as when the round
+                    // dropped it: a later answer on the same connection settles its node (the
+                    // connection runs commands in order), a reconnect taints it
+                    // (`TermLog::sent`). Taken as a failure it would taint the node for the
+                    // rest of the term, and under `--unsafe-disable-reconnect-taint` hide the
+                    // hazard that switch exists to show.
+                    if r.is_ok() {
+                        log_renewal(&log, &value, i, &node, seq, &r);
+                    }
                 }
             });
         }
