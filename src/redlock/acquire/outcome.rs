@@ -70,7 +70,7 @@ pub(super) fn log_lost_named(nodes: &[Arc<Node>], outcomes: &[Outcome]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Denial;
+    use super::super::votes::Denial;
     use super::*;
 
     #[test]
