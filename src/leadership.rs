@@ -38,6 +38,9 @@ pub enum StepDownReason {
     Shutdown,
     /// A better candidate (by `lease.prefer`) had been ready for the settle time.
     Preferred,
+    /// The command of `redlock-elector run` ended while this sidecar led: it exited by itself,
+    /// or the guard stopped it as the term's deadline came near.
+    ChildExited,
 }
 
 /// A term that ended, and why.

@@ -120,6 +120,9 @@ where
 {
     let parsed = parse_args(args, env)?;
     let config = validate(&parsed.settings, env, parsed.switches)?;
+    if matches!(parsed.mode, Mode::Exec { .. }) || config.run.kill_grace_given {
+        validate::run_fits(&config)?;
+    }
     Ok(Invocation {
         config,
         mode: parsed.mode,
@@ -164,10 +167,23 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// Logging.
     pub log: LogConfig,
+    /// `redlock-elector run -- CMD`.
+    pub run: RunConfig,
     /// Test-only switches that turn a safety mechanism off, to show the hazard it prevents.
     pub unsafe_switches: UnsafeSwitches,
     /// Non-fatal findings (e.g. an even number of endpoints), logged once logging is up.
     pub warnings: Vec<String>,
+}
+
+/// How `redlock-elector run` stops its command.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// From SIGTERM to SIGKILL; the stop starts this long before the term's deadline.
+    pub kill_grace: Duration,
+    /// Whether `run.killGrace` was given (then `check-config` checks it fits the term).
+    pub kill_grace_given: bool,
+    /// After the command exits by itself while leading.
+    pub on_child_exit: crate::exec::OnChildExit,
 }
 
 /// Lease settings.

@@ -8,7 +8,7 @@ use serde::ser::{SerializeStruct, Serializer};
 
 use super::{
     Config, Endpoint, KubeEnabled, KubernetesConfig, LeaseConfig, LogConfig, PASSWORD_ENV,
-    RedisConfig, Secret, fmt_dur,
+    RedisConfig, RunConfig, Secret, fmt_dur,
 };
 
 /// The effective settings as YAML, in the config file's own shape, secrets redacted.
@@ -67,7 +67,7 @@ impl Serialize for Endpoint {
 
 impl Serialize for Config {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("Config", 7)?;
+        let mut m = s.serialize_struct("Config", 8)?;
         m.serialize_field("identity", &self.identity)?;
         m.serialize_field("lease", &self.lease)?;
         m.serialize_field("redis", &self.redis)?;
@@ -77,6 +77,16 @@ impl Serialize for Config {
         m.serialize_field("ops", &Listen { listen: ops })?;
         m.serialize_field("kubernetes", &self.kubernetes)?;
         m.serialize_field("log", &self.log)?;
+        m.serialize_field("run", &self.run)?;
+        m.end()
+    }
+}
+
+impl Serialize for RunConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("RunConfig", 2)?;
+        m.serialize_field("killGrace", &fmt_dur(self.kill_grace))?;
+        m.serialize_field("onChildExit", self.on_child_exit.as_str())?;
         m.end()
     }
 }

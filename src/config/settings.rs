@@ -67,6 +67,10 @@ pub mod default {
     pub const LOG_FORMAT: LogFormat = LogFormat::Json;
     /// `log.level`.
     pub const LOG_LEVEL: &str = "info";
+    /// `run.killGrace` is ttl divided by this.
+    pub const KILL_GRACE_DIVISOR: u32 = 5;
+    /// `run.onChildExit`.
+    pub const ON_CHILD_EXIT: &str = "exit";
 }
 
 /// A help line ending in its default, as clap would print one.
@@ -140,6 +144,10 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default, deserialize_with = "section")]
     pub log: LogSettings,
+    /// `run.*`: `redlock-elector run -- CMD`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub run: RunSettings,
 }
 
 /// `lease.*`. The fields are in `--help` order.
@@ -370,4 +378,19 @@ pub struct LogSettings {
     #[arg(long = "log-level", env = "REDLOCK_ELECTOR_LOG_LEVEL", value_name = "VALUE",
         help = with_default("Log level or tracing filter", default::LOG_LEVEL))]
     pub level: Option<Text>,
+}
+
+/// `run.*`: how `redlock-elector run -- CMD` stops its command.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunSettings {
+    /// `run.killGrace`.
+    #[arg(long = "kill-grace", env = "REDLOCK_ELECTOR_RUN_KILL_GRACE", value_name = "DURATION",
+        help = with_default("run: from SIGTERM to SIGKILL of the command; the command is stopped this long before the term's deadline, so ttl must leave room for it and a renewal", format_args!("ttl/{}", default::KILL_GRACE_DIVISOR)))]
+    pub kill_grace: Option<Text>,
+    /// `run.onChildExit`.
+    #[arg(long = "on-child-exit", env = "REDLOCK_ELECTOR_RUN_ON_CHILD_EXIT", value_name = "VALUE",
+        value_parser = OneOf(&crate::exec::OnChildExit::NAMES),
+        help = with_default("run: when the command exits by itself while leading, release and exit with its status, or contend again after a ttl", default::ON_CHILD_EXIT))]
+    pub on_child_exit: Option<Text>,
 }

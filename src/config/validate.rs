@@ -13,10 +13,12 @@ pub use parse::{fmt_dur, is_dns_label, parse_duration};
 pub use redis::read_password_file;
 
 use super::file::Text;
-use super::settings::{LeaseSettings, LogSettings, default};
+use super::settings::{LeaseSettings, LogSettings, RunSettings, default};
 use super::{
-    Config, ConfigError, Env, LeaseConfig, LogConfig, LogFormat, Settings, UnsafeSwitches, err,
+    Config, ConfigError, Env, LeaseConfig, LogConfig, LogFormat, RunConfig, Settings,
+    UnsafeSwitches, err,
 };
+use crate::exec::OnChildExit;
 use parse::{duration_or, parse_addr};
 
 /// The validity of a lease sample must be positive; these bounds keep the algorithm meaningful.
@@ -45,6 +47,7 @@ pub fn validate(
     let kubernetes = kubernetes::validate(&s.kubernetes, env)?;
     let order = kubernetes::preference(&s.lease, &kubernetes)?;
     let log = log(&s.log)?;
+    let run = run(&s.run, timing.ttl)?;
     let identity = identity(&s.identity, kubernetes.pod_name.as_deref(), env)?;
     Ok(Config {
         identity,
@@ -64,6 +67,7 @@ pub fn validate(
         ops_listen,
         kubernetes,
         log,
+        run,
         unsafe_switches,
         warnings,
     })
@@ -212,6 +216,54 @@ fn log(s: &LogSettings) -> Result<LogConfig, ConfigError> {
         ));
     }
     Ok(LogConfig { format, level })
+}
+
+fn run(s: &RunSettings, ttl: Duration) -> Result<RunConfig, ConfigError> {
+    let kill_grace = duration_or("run.killGrace", &s.kill_grace, ttl / default::KILL_GRACE_DIVISOR)?;
+    if kill_grace.is_zero() {
+        return Err(err("run.killGrace", "must be above 0"));
+    }
+    let on_child_exit = match Text::given(&s.on_child_exit)
+        .unwrap_or(default::ON_CHILD_EXIT)
+        .trim()
+    {
+        "exit" => OnChildExit::Exit,
+        "contend" => OnChildExit::Contend,
+        other => {
+            return Err(err(
+                "run.onChildExit",
+                format!("{other:?} is not one of exit, contend"),
+            ));
+        }
+    };
+    Ok(RunConfig {
+        kill_grace,
+        kill_grace_given: Text::given(&s.kill_grace).is_some(),
+        on_child_exit,
+    })
+}
+
+/// `redlock-elector run` stops its command `run.killGrace` before the term's deadline, so the
+/// command is dead before the lease can pass on. A renewal started on time must still come back
+/// before that stop begins: `killGrace + renewEvery + redis.timeout` must stay below the
+/// shortest term, `ttl −` the margin at worst. Checked for `run`, and by `check-config` when
+/// `run.killGrace` is given.
+pub fn run_fits(c: &Config) -> Result<(), ConfigError> {
+    let margin = lease_margin(c.lease.ttl, c.lease.drift_factor, c.redis.timeout);
+    let term = c.lease.ttl.saturating_sub(margin);
+    let needed = c.run.kill_grace + c.lease.renew_every + c.redis.timeout;
+    if needed >= term {
+        return Err(err(
+            "run.killGrace",
+            format!(
+                "{} leaves the command no time: run.killGrace + lease.renewEvery + redis.timeout ({}) must be below lease.ttl less the lease's margin at worst ({}); lower run.killGrace or lease.renewEvery, or raise lease.ttl",
+                fmt_dur(c.run.kill_grace),
+                fmt_dur(needed),
+                fmt_dur(term)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `identity`, else the pod name, else the hostname.

@@ -16,6 +16,7 @@ mod control_plane_rollout;
 mod dashboard_series;
 mod docs_links;
 mod election;
+mod exec;
 mod fault_schedule;
 mod fresh_handover;
 mod kube_labels;

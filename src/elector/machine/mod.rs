@@ -263,7 +263,7 @@ impl Machine {
     /// Feed one input.
     pub fn handle(&mut self, cx: &mut Cx<'_>, event: Event) {
         if self.phase == Phase::Done {
-            if let Event::StepDown(request) = event {
+            if let Event::StepDown(request, _) = event {
                 self.answer(request, StepDown::NotLeader);
             }
             return;
@@ -279,7 +279,7 @@ impl Machine {
         match event {
             Event::Standing(standing) => self.standing_changed(cx, standing),
             Event::Counting => self.counting(cx),
-            Event::StepDown(request) => self.step_down_requested(request),
+            Event::StepDown(request, reason) => self.step_down_requested(request, reason),
             Event::Shutdown => self.shutdown(),
             Event::Stall => self.stalled(),
             Event::Timer => self.timer(cx),
@@ -365,10 +365,10 @@ impl Machine {
         }
     }
 
-    fn step_down_requested(&mut self, request: u64) {
+    fn step_down_requested(&mut self, request: u64, reason: StepDownReason) {
         match self.phase.clone() {
             Phase::Leading(t) | Phase::Renewing { term: t, .. } => {
-                self.end(t.lease, StepDownReason::Requested, None, Some(request))
+                self.end(t.lease, reason, None, Some(request))
             }
             _ => self.answer(request, StepDown::NotLeader),
         }

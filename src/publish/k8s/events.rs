@@ -182,7 +182,8 @@ impl Sender {
                     StepDownReason::RenewalFailed | StepDownReason::Stalled => "Warning",
                     StepDownReason::Requested
                     | StepDownReason::Shutdown
-                    | StepDownReason::Preferred => "Normal",
+                    | StepDownReason::Preferred
+                    | StepDownReason::ChildExited => "Normal",
                 };
                 Described {
                     reason: "LostLeadership",

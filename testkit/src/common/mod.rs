@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 mod base;
+mod lives;
 mod http;
 mod pki;
 mod redis;
@@ -15,6 +16,7 @@ pub mod rollout;
 mod sidecar;
 
 pub use base::*;
+pub use lives::*;
 pub use http::*;
 pub use pki::*;
 pub use redis::*;

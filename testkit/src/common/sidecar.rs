@@ -267,6 +267,16 @@ impl Sidecar {
         }
     }
 
+    /// Wait up to `timeout` for an exit that comes by itself (`run`'s command ended); its code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let c = self.child.as_mut().expect("running");
+        let status = wait_for(timeout, Duration::from_millis(2), || {
+            c.try_wait().ok().flatten()
+        })?;
+        self.child = None;
+        status.code()
+    }
+
     /// Send SIGTERM and wait for the exit; returns the exit code and how long it took.
     pub fn terminate(&mut self) -> (Option<i32>, Duration) {
         let mut c = self.child.take().expect("running");

@@ -357,7 +357,7 @@ fn a_follower_acts_at_once_when_a_quorum_counts_sooner_than_its_watch_said() {
 fn a_step_down_request_to_a_follower_is_answered_at_once() {
     let mut b = Bench::new(Prefer::None);
     b.follow("old");
-    let out = b.feed(Event::StepDown(4));
+    let out = b.feed(Event::StepDown(4, StepDownReason::Requested));
     assert_eq!(
         out,
         [Command::Answer {
