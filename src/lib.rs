@@ -58,6 +58,7 @@ pub mod backoff;
 pub mod config;
 pub mod elector;
 pub mod exec;
+pub mod health;
 pub mod k8s;
 pub mod leadership;
 pub mod logging;

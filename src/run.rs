@@ -37,7 +37,7 @@ use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
 use crate::publish;
 use crate::redlock::Redlock;
-use crate::{Error, Result, api};
+use crate::{Error, Result, api, health};
 
 /// Longest wait for the pod label to show follower at shutdown, after the release.
 const KUBE_FINISH: Duration = Duration::from_secs(1);
@@ -98,6 +98,7 @@ async fn run_with(
     );
     let kube_settings = k8s::Settings::from_config(&config);
     let standing = start_pod_poller(&tasks, kube_settings.as_ref(), &metrics, &stop);
+    let standing = with_health_url(&tasks, &config, standing, &stop);
     let (elector, handles) = Elector::new(
         redlock.clone(),
         config.identity.clone(),
@@ -119,11 +120,8 @@ async fn run_with(
                 deadline: !config.unsafe_switches.run_deadline_off,
             };
             let spec_deadline = spec.deadline;
-            let (runner, gate) = exec::Runner::new(
-                spec,
-                handles.leadership.clone(),
-                handles.step_down.clone(),
-            )?;
+            let (runner, gate) =
+                exec::Runner::new(spec, handles.leadership.clone(), handles.step_down.clone())?;
             let elector = if spec_deadline {
                 elector.with_gate(gate)
             } else {
@@ -227,7 +225,51 @@ fn preference(config: &Config) -> elector::Preference {
         settle: config.lease.prefer_settle,
         grace: elector::grace(config.redis.timeout),
         name_successor: !config.unsafe_switches.no_named_successor,
+        follow_app: config.lease.follow_app.then_some(elector::AppGate {
+            grace: config.app.unhealthy_grace,
+            cooldown: config.app.cooldown,
+        }),
     }
+}
+
+/// With `app.healthUrl`, the standing's app health is also the URL's: probed until `stop`.
+fn with_health_url(
+    tasks: &TaskTracker,
+    config: &Config,
+    base: watch::Receiver<elector::Standing>,
+    stop: &CancellationToken,
+) -> watch::Receiver<elector::Standing> {
+    let Some(url) = config.app.health_url.clone() else {
+        return base;
+    };
+    let probe = health::Probe {
+        url,
+        interval: config.app.health_interval,
+        timeout: config.app.health_timeout,
+        failure_threshold: config.app.health_failure_threshold,
+    };
+    let (url_tx, mut url_rx) = watch::channel(false);
+    tasks.spawn(health::probe(probe, url_tx, stop.clone()));
+    let combined = |base: &elector::Standing, url: bool| elector::Standing {
+        app_healthy: base.app_healthy && url,
+        ..base.clone()
+    };
+    let (tx, rx) = watch::channel(combined(&base.borrow(), false));
+    let stop = stop.clone();
+    let mut base = base;
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                Ok(()) = base.changed() => {}
+                Ok(()) = url_rx.changed() => {}
+                _ = stop.cancelled() => return,
+                else => return,
+            }
+            let next = combined(&base.borrow_and_update(), *url_rx.borrow_and_update());
+            tx.send_if_modified(|s| std::mem::replace(s, next.clone()) != next);
+        }
+    });
+    rx
 }
 
 /// The candidate's standing: the own pod's revision, creation time and Ready condition in

@@ -167,12 +167,33 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The app's health (`lease.followApp`, `app.*`).
+    pub app: AppConfig,
     /// `redlock-elector run -- CMD`.
     pub run: RunConfig,
     /// Test-only switches that turn a safety mechanism off, to show the hazard it prevents.
     pub unsafe_switches: UnsafeSwitches,
     /// Non-fatal findings (e.g. an even number of endpoints), logged once logging is up.
     pub warnings: Vec<String>,
+}
+
+/// What "the app is healthy" means (`app.*`), with `lease.followApp`.
+#[derive(Clone, Debug)]
+pub struct AppConfig {
+    /// `app.containers`; empty = every container of the pod but the sidecar's.
+    pub containers: Vec<String>,
+    /// `app.healthUrl`, probed with the next three settings.
+    pub health_url: Option<url::Url>,
+    /// `app.healthInterval`.
+    pub health_interval: Duration,
+    /// `app.healthTimeout`.
+    pub health_timeout: Duration,
+    /// `app.healthFailureThreshold`.
+    pub health_failure_threshold: u32,
+    /// `app.unhealthyGrace`.
+    pub unhealthy_grace: Duration,
+    /// `app.cooldown`.
+    pub cooldown: Duration,
 }
 
 /// How `redlock-elector run` stops its command.
@@ -207,6 +228,8 @@ pub struct LeaseConfig {
     pub priority: i64,
     /// How long a preferred candidate must have been ready before a preferred handover.
     pub prefer_settle: Duration,
+    /// `lease.followApp`: leadership follows the app's health (`app.*`).
+    pub follow_app: bool,
 }
 
 /// `lease.prefer`: which candidate a graceful handover names, and whether a leader hands over

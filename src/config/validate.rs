@@ -15,11 +15,11 @@ pub use redis::read_password_file;
 use super::file::Text;
 use super::settings::{LeaseSettings, LogSettings, RunSettings, default};
 use super::{
-    Config, ConfigError, Env, LeaseConfig, LogConfig, LogFormat, RunConfig, Settings,
+    AppConfig, Config, ConfigError, Env, LeaseConfig, LogConfig, LogFormat, RunConfig, Settings,
     UnsafeSwitches, err,
 };
 use crate::exec::OnChildExit;
-use parse::{duration_or, parse_addr};
+use parse::{bool_or, duration_or, parse_addr};
 
 /// The validity of a lease sample must be positive; these bounds keep the algorithm meaningful.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
@@ -47,6 +47,8 @@ pub fn validate(
     let kubernetes = kubernetes::validate(&s.kubernetes, env)?;
     let order = kubernetes::preference(&s.lease, &kubernetes)?;
     let log = log(&s.log)?;
+    let follow_app = bool_or("lease.followApp", &s.lease.follow_app, default::FOLLOW_APP)?;
+    let app = app(s, follow_app)?;
     let run = run(&s.run, timing.ttl)?;
     let identity = identity(&s.identity, kubernetes.pod_name.as_deref(), env)?;
     Ok(Config {
@@ -61,12 +63,14 @@ pub fn validate(
             prefer: order.prefer,
             priority: order.priority,
             prefer_settle: order.prefer_settle,
+            follow_app,
         },
         redis,
         api_listen,
         ops_listen,
         kubernetes,
         log,
+        app,
         run,
         unsafe_switches,
         warnings,
@@ -218,8 +222,97 @@ fn log(s: &LogSettings) -> Result<LogConfig, ConfigError> {
     Ok(LogConfig { format, level })
 }
 
+fn app(s: &Settings, follow: bool) -> Result<AppConfig, ConfigError> {
+    let a = &s.app;
+    let containers: Vec<String> = a
+        .containers
+        .iter()
+        .flatten()
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .collect();
+    if let Some(bad) = containers.iter().find(|c| !is_dns_label(c)) {
+        return Err(err(
+            "app.containers",
+            format!("{bad:?} is not a container name (a lowercase DNS label)"),
+        ));
+    }
+    let health_url = match Text::given(&a.health_url).map(str::trim) {
+        None => None,
+        Some(v) => {
+            let url = url::Url::parse(v)
+                .map_err(|e| err("app.healthUrl", format!("{v:?} is not a URL: {e}")))?;
+            let loopback = match url.host() {
+                Some(url::Host::Domain(d)) => d == "localhost",
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            };
+            if url.scheme() != "http" || !loopback {
+                return Err(err(
+                    "app.healthUrl",
+                    format!(
+                        "{v:?} must be an http:// URL on the loopback interface (127.0.0.1, ::1, localhost)"
+                    ),
+                ));
+            }
+            Some(url)
+        }
+    };
+    if health_url.is_some() && !follow {
+        return Err(err(
+            "app.healthUrl",
+            "is probed only with lease.followApp: true; set it, or remove app.healthUrl",
+        ));
+    }
+    let positive = |field: &str, v: &Option<Text>, d: Duration| {
+        let v = duration_or(field, v, d)?;
+        if v.is_zero() {
+            return Err(err(field, "must be above 0"));
+        }
+        Ok(v)
+    };
+    let health_failure_threshold = match Text::given(&a.health_failure_threshold) {
+        None => default::HEALTH_FAILURE_THRESHOLD,
+        Some(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(err(
+                    "app.healthFailureThreshold",
+                    format!("{v:?} is not a whole number above 0"),
+                ));
+            }
+        },
+    };
+    Ok(AppConfig {
+        containers,
+        health_url,
+        health_interval: positive(
+            "app.healthInterval",
+            &a.health_interval,
+            default::HEALTH_INTERVAL,
+        )?,
+        health_timeout: positive(
+            "app.healthTimeout",
+            &a.health_timeout,
+            default::HEALTH_TIMEOUT,
+        )?,
+        health_failure_threshold,
+        unhealthy_grace: duration_or(
+            "app.unhealthyGrace",
+            &a.unhealthy_grace,
+            default::UNHEALTHY_GRACE,
+        )?,
+        cooldown: duration_or("app.cooldown", &a.cooldown, default::APP_COOLDOWN)?,
+    })
+}
+
 fn run(s: &RunSettings, ttl: Duration) -> Result<RunConfig, ConfigError> {
-    let kill_grace = duration_or("run.killGrace", &s.kill_grace, ttl / default::KILL_GRACE_DIVISOR)?;
+    let kill_grace = duration_or(
+        "run.killGrace",
+        &s.kill_grace,
+        ttl / default::KILL_GRACE_DIVISOR,
+    )?;
     if kill_grace.is_zero() {
         return Err(err("run.killGrace", "must be above 0"));
     }

@@ -359,6 +359,8 @@ impl<R: Rounds> Elector<R> {
                 None
             }
             Command::Candidacy(view) => {
+                self.metrics
+                    .app_health(view.app_healthy, view.healthy_candidates);
                 self.candidacy.send_if_modified(|v| {
                     let changed = *v != view;
                     *v = view;

@@ -16,6 +16,7 @@ impl StepDownReason {
             StepDownReason::Shutdown => "shutdown",
             StepDownReason::Preferred => "preferred",
             StepDownReason::ChildExited => "child-exited",
+            StepDownReason::AppUnhealthy => "app-unhealthy",
         }
     }
 
@@ -27,6 +28,7 @@ impl StepDownReason {
             StepDownReason::Requested => Some(HandoverReason::StepDown),
             StepDownReason::Preferred => Some(HandoverReason::Preferred),
             StepDownReason::ChildExited => Some(HandoverReason::ChildExited),
+            StepDownReason::AppUnhealthy => Some(HandoverReason::AppUnhealthy),
             StepDownReason::RenewalFailed | StepDownReason::Stalled => None,
         }
     }

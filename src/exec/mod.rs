@@ -107,6 +107,15 @@ impl Running {
         let _ = self.orders.write_all(line.as_bytes()).await;
     }
 
+    /// A renewal moved the term's deadline: tell the guard (unless stopping).
+    async fn extend(&mut self, term: &Term, deadline_on: bool) {
+        if term.deadline != self.deadline && !self.stopping {
+            self.deadline = term.deadline;
+            let ns = guard_deadline(term, deadline_on);
+            self.order(format!("D {ns}\n")).await;
+        }
+    }
+
     async fn stop(&mut self, sig: libc::c_int) {
         if !self.stopping {
             self.stopping = true;
@@ -225,24 +234,23 @@ impl Runner {
                     let term = self.leadership.borrow_and_update().term;
                     match (term, running.as_mut()) {
                         (Some(t), Some(r)) if t.token == r.token => {
-                            if t.deadline != r.deadline && !r.stopping {
-                                r.deadline = t.deadline;
-                                let ns = guard_deadline(&t, self.spec.deadline);
-                                r.order(format!("D {ns}\n")).await;
-                            }
+                            r.extend(&t, self.spec.deadline).await
                         }
                         // The term ended (or another began, unseen between): stop.
                         (_, Some(r)) => r.stop(libc::SIGTERM).await,
-                        (Some(t), None) if !stopping && ran_in != Some(t.token) => {
-                            if t.deadline > Instant::now() + self.spec.kill_grace {
-                                ran_in = Some(t.token);
-                                running = self.start(&t);
-                                if running.is_none() {
-                                    // Not started at all: end the term, and `run` with 127.
-                                    self.step_down_for_exit().await;
-                                    if self.spec.on_exit == OnChildExit::Exit {
-                                        return guard::CANNOT_START;
-                                    }
+                        // A term with time for the command: start it (once per term).
+                        (Some(t), None)
+                            if !stopping
+                                && ran_in != Some(t.token)
+                                && t.deadline > Instant::now() + self.spec.kill_grace =>
+                        {
+                            ran_in = Some(t.token);
+                            running = self.start(&t);
+                            if running.is_none() {
+                                // Not started at all: end the term, and `run` with 127.
+                                self.step_down_for_exit().await;
+                                if self.spec.on_exit == OnChildExit::Exit {
+                                    return guard::CANNOT_START;
                                 }
                             }
                         }

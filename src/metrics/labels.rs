@@ -46,15 +46,18 @@ pub enum HandoverReason {
     Preferred,
     /// The command of `redlock-elector run` ended while leading.
     ChildExited,
+    /// The app had been unhealthy for the grace (`lease.followApp`).
+    AppUnhealthy,
 }
 
 impl HandoverReason {
     /// Every reason, so that each series exists (at 0) from the start.
-    pub const ALL: [HandoverReason; 4] = [
+    pub const ALL: [HandoverReason; 5] = [
         HandoverReason::Shutdown,
         HandoverReason::StepDown,
         HandoverReason::Preferred,
         HandoverReason::ChildExited,
+        HandoverReason::AppUnhealthy,
     ];
 
     /// The label value.
@@ -64,6 +67,7 @@ impl HandoverReason {
             HandoverReason::StepDown => "step_down",
             HandoverReason::Preferred => "preferred",
             HandoverReason::ChildExited => "child_exited",
+            HandoverReason::AppUnhealthy => "app_unhealthy",
         }
     }
 }

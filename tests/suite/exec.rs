@@ -78,7 +78,10 @@ fn commands_never_overlap_through_signals_and_redis_faults() {
             &run_opts(&file, id, "term", &["--on-child-exit", "contend"]),
         )
     };
-    let mut runs: Vec<Sidecar> = ["r0", "r1", "r2"].iter().map(|id| start(id, &refs)).collect();
+    let mut runs: Vec<Sidecar> = ["r0", "r1", "r2"]
+        .iter()
+        .map(|id| start(id, &refs))
+        .collect();
     let mut n = 1;
     let mut leader = wait_children(&file, n, Duration::from_secs(15));
 
@@ -104,7 +107,10 @@ fn commands_never_overlap_through_signals_and_redis_faults() {
     runs[i].signal("STOP");
     n += 1;
     let next = wait_children(&file, n, Duration::from_secs(5));
-    assert_ne!(next, leader, "a paused sidecar's command cannot be the newest");
+    assert_ne!(
+        next, leader,
+        "a paused sidecar's command cannot be the newest"
+    );
     std::thread::sleep(TTL);
     runs[i].signal("CONT");
 
@@ -148,10 +154,20 @@ fn a_command_that_ignores_sigterm_is_killed_before_the_lease_passes() {
     let leader = wait_children(&file, 1, Duration::from_secs(15));
     let i = position(&runs, &leader);
     let (code, took) = runs[i].terminate();
-    assert_eq!(code, Some(128 + 9), "the command was killed (SIGKILL): run exits 137");
+    assert_eq!(
+        code,
+        Some(128 + 9),
+        "the command was killed (SIGKILL): run exits 137"
+    );
     // The default kill grace is ttl/5.
-    assert!(took >= TTL / 5, "SIGKILL came before the kill grace: {took:?}");
-    report("command ignoring SIGTERM: run exited after", format!("{took:?}"));
+    assert!(
+        took >= TTL / 5,
+        "SIGKILL came before the kill grace: {took:?}"
+    );
+    report(
+        "command ignoring SIGTERM: run exited after",
+        format!("{took:?}"),
+    );
     wait_children(&file, 2, Duration::from_secs(5));
     for r in &mut runs {
         r.kill();

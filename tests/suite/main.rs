@@ -8,6 +8,7 @@
 //! `control_plane_rollout::` too, so add `--skip cp_` when you mean the other areas only.
 
 mod api;
+mod app_health;
 mod cli;
 mod clients;
 mod control_plane;

@@ -209,6 +209,9 @@ impl Machine {
         if StepDownRequest::cools_down(ending.reason) {
             self.schedule.cooldown_until = Some(cx.now + self.timing.ttl);
         }
+        if ending.reason == StepDownReason::AppUnhealthy {
+            self.app_handed_over(cx.now);
+        }
         self.schedule.next_attempt = cx.now + self.jittered_retry(cx);
         self.schedule.watching = false;
         self.phase = Phase::Idle;

@@ -184,6 +184,7 @@ impl Sender {
                     | StepDownReason::Shutdown
                     | StepDownReason::Preferred
                     | StepDownReason::ChildExited => "Normal",
+                    StepDownReason::AppUnhealthy => "Warning",
                 };
                 Described {
                     reason: "LostLeadership",

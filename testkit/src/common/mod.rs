@@ -8,16 +8,16 @@
 #![allow(dead_code)]
 
 mod base;
-mod lives;
 mod http;
+mod lives;
 mod pki;
 mod redis;
 pub mod rollout;
 mod sidecar;
 
 pub use base::*;
-pub use lives::*;
 pub use http::*;
+pub use lives::*;
 pub use pki::*;
 pub use redis::*;
 pub use sidecar::*;

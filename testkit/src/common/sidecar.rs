@@ -35,6 +35,12 @@ pub struct View {
     /// Whether this sidecar's own candidate record says ready.
     #[serde(default)]
     pub candidate_ready: bool,
+    /// `lease.followApp`: this sidecar's app health, null when off.
+    #[serde(default)]
+    pub app_healthy: Option<bool>,
+    /// `lease.followApp`: other candidates whose apps are healthy, null when off.
+    #[serde(default)]
+    pub healthy_candidates: Option<u32>,
     /// Why a quorum does not count this sidecar's votes yet (`clock_watch`, ...).
     #[serde(default)]
     pub waiting_for: Option<String>,
