@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use futures::Stream;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use warp::http::StatusCode;
 use warp::{Filter, Rejection, Reply};
 
-use crate::elector::{StepDown, StepDownRequest};
+use crate::elector::{StepDown, StepDownReason, StepDownRequest};
 use crate::leadership::{Shared, View};
 
 /// Longest accepted long-poll.
@@ -167,8 +167,8 @@ async fn post_step_down(
     shared: Shared,
     tx: mpsc::Sender<StepDownRequest>,
 ) -> Result<warp::reply::Response, Infallible> {
-    let (reply_tx, reply_rx) = oneshot::channel();
-    if tx.send(reply_tx).await.is_err() {
+    let (request, reply_rx) = StepDownRequest::new(StepDownReason::Requested);
+    if tx.send(request).await.is_err() {
         return Ok(error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the election loop is not running",

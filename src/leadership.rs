@@ -38,6 +38,12 @@ pub enum StepDownReason {
     Shutdown,
     /// A better candidate (by `lease.prefer`) had been ready for the settle time.
     Preferred,
+    /// The command of `redlock-elector run` ended while this sidecar led: it exited by itself,
+    /// or the guard stopped it as the term's deadline came near.
+    ChildExited,
+    /// The app had been unhealthy for `app.unhealthyGrace` and a candidate's app was healthy
+    /// (`lease.followApp`).
+    AppUnhealthy,
 }
 
 /// A term that ended, and why.
@@ -116,8 +122,20 @@ pub struct View {
     pub handover_pending: bool,
     /// Whether this sidecar's own candidate record says ready: a quorum counts its votes, or
     /// would on a graceful release's proof (a fresh sidecar still watching the nodes' clocks),
-    /// and, in Kubernetes, its pod is Ready. Only a ready candidate is named as a successor.
+    /// and, in Kubernetes, its pod is Ready (with `lease.followApp`: its app is healthy). Only a
+    /// ready candidate is named as a successor.
     pub candidate_ready: bool,
+    /// With `lease.followApp`: whether this sidecar's app is healthy (its app containers are
+    /// running and ready, or `app.healthUrl` answers); null when leadership does not follow the
+    /// app.
+    pub app_healthy: Option<bool>,
+    /// With `lease.followApp`: whether the leader's app is healthy, as far as its candidate
+    /// record says (this sidecar's own while it leads); null when unknown or off.
+    pub leader_app_healthy: Option<bool>,
+    /// With `lease.followApp`: how many other candidates' apps are healthy (their records say
+    /// ready). A leader whose app is unhealthy hands over to one of them after
+    /// `app.unhealthyGrace`; with none it keeps the lease. Null when off.
+    pub healthy_candidates: Option<u32>,
 }
 
 /// What `/leader` shows about candidates, as the elector last saw them.
@@ -131,6 +149,12 @@ pub struct CandidacyView {
     pub handover_pending: bool,
     /// Whether this sidecar's own record, as last written, says ready.
     pub candidate_ready: bool,
+    /// `lease.followApp`: whether this sidecar's app is healthy; `None` when off.
+    pub app_healthy: Option<bool>,
+    /// `lease.followApp`: whether the leader's app is healthy, as its record says.
+    pub leader_app_healthy: Option<bool>,
+    /// `lease.followApp`: other candidates whose records say ready (their apps healthy).
+    pub healthy_candidates: Option<u32>,
 }
 
 /// Which Redis nodes' votes count for this sidecar at a given instant, and when a quorum will.
@@ -185,10 +209,13 @@ impl Shared {
         view.eligible = counting >= crate::redlock::math::quorum(view.nodes.len());
         let c = self.candidacy.borrow();
         view.candidate_ready = c.candidate_ready;
+        view.app_healthy = c.app_healthy;
+        view.healthy_candidates = c.healthy_candidates;
         // The rank shown is the current leader's: none while nobody is known to lead.
         if view.leader.is_some() {
             view.leader_rank = c.leader_rank.clone();
             view.handover_pending = c.handover_pending;
+            view.leader_app_healthy = c.leader_app_healthy;
         }
         view
     }
@@ -233,6 +260,9 @@ impl Leadership {
             leader_rank: None,
             handover_pending: false,
             candidate_ready: false,
+            app_healthy: None,
+            leader_app_healthy: None,
+            healthy_candidates: None,
         }
     }
 

@@ -4,14 +4,20 @@
 use std::process::ExitCode;
 
 use redlock_elector::config::{self, Config, Invocation, Mode, ProcessEnv};
-use redlock_elector::{logging, probe, run};
+use redlock_elector::{exec, logging, probe, run};
 
 fn main() -> ExitCode {
-    match config::load(std::env::args_os(), &ProcessEnv) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `run`'s guard process (src/exec/guard.rs): no config, no logging, no sidecar.
+    if args.get(1).is_some_and(|a| a == exec::guard::SUBCOMMAND) {
+        return ExitCode::from(exec::guard::main(&args[2..]));
+    }
+    match config::load(args, &ProcessEnv) {
         Err(e) => ExitCode::from(e.report()),
         Ok(Invocation { config, mode }) => match mode {
             Mode::CheckConfig { connect } => check_config(&config, connect),
-            Mode::Run => run_sidecar(config),
+            Mode::Run => run_sidecar(config, None),
+            Mode::Exec { command } => run_sidecar(config, Some(command)),
         },
     }
 }
@@ -48,8 +54,9 @@ fn check_config(c: &Config, connect: bool) -> ExitCode {
     }
 }
 
-/// Run the sidecar until a signal (exit 0) or a fatal error (exit 1).
-fn run_sidecar(cfg: Config) -> ExitCode {
+/// Run the sidecar until a signal (exit 0) or a fatal error (exit 1); with a command (`run --
+/// CMD`), until the command's end or a signal, exiting with the command's status.
+fn run_sidecar(cfg: Config, command: Option<Vec<std::ffi::OsString>>) -> ExitCode {
     logging::init(&cfg.log);
     for w in &cfg.warnings {
         tracing::warn!("{w}");
@@ -69,13 +76,18 @@ fn run_sidecar(cfg: Config) -> ExitCode {
         Err(code) => return code,
     };
     let result = rt.block_on(async {
-        let signals = run::signals()?;
-        run::run(cfg, signals).await
+        match command {
+            Some(command) => run::run_command(cfg, command).await,
+            None => {
+                let signals = run::signals()?;
+                run::run(cfg, signals).await.map(|()| 0)
+            }
+        }
     });
     // Do not wait for open long-polls or SSE streams: they end with the process.
     rt.shutdown_background();
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             tracing::error!(error = %e, "fatal");
             eprintln!("redlock-elector: {e}");

@@ -13,6 +13,7 @@
 //! connections' drivers), and `run` returns only once it is empty or the shutdown budget is
 //! spent: no task of the sidecar outlives `run` (tests/suite/lifecycle.rs).
 
+use std::ffi::OsString;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,13 +30,14 @@ use tokio_util::task::TaskTracker;
 use crate::config::Config;
 use crate::elector::{self, Elector, Handles, Timing};
 
+use crate::exec;
 use crate::k8s;
 use crate::leadership::Shared;
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
 use crate::publish;
 use crate::redlock::Redlock;
-use crate::{Error, Result, api};
+use crate::{Error, Result, api, health};
 
 /// Longest wait for the pod label to show follower at shutdown, after the release.
 const KUBE_FINISH: Duration = Duration::from_secs(1);
@@ -66,6 +68,20 @@ struct Publisher {
 
 /// Run the sidecar until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    run_with(config, None, shutdown).await.map(|_| ())
+}
+
+/// `redlock-elector run -- CMD`: run the sidecar, and the command while leading
+/// ([`crate::exec`]), until the command's end or a signal ends `run`; returns the exit status.
+pub async fn run_command(config: Config, command: Vec<OsString>) -> Result<u8> {
+    run_with(config, Some(command), std::future::pending()).await
+}
+
+async fn run_with(
+    config: Config,
+    command: Option<Vec<OsString>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<u8> {
     let metrics =
         Metrics::register(&Registry::new(), &config.lease.name).map_err(Error::Metrics)?;
     let redlock = Arc::new(Redlock::new(&config, metrics.clone())?);
@@ -82,6 +98,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let kube_settings = k8s::Settings::from_config(&config);
     let standing = start_pod_poller(&tasks, kube_settings.as_ref(), &metrics, &stop);
+    let standing = with_health_url(&tasks, &config, standing, &stop);
     let (elector, handles) = Elector::new(
         redlock.clone(),
         config.identity.clone(),
@@ -90,6 +107,29 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         standing,
         metrics.clone(),
     );
+    // `run`: the command's runner, and the gate the elector's releases wait on.
+    let (elector, runner) = match command {
+        None => (elector, None),
+        Some(command) => {
+            let spec = exec::Spec {
+                command,
+                kill_grace: config.run.kill_grace,
+                on_exit: config.run.on_child_exit,
+                lease: config.lease.name.clone(),
+                identity: config.identity.clone(),
+                deadline: !config.unsafe_switches.run_deadline_off,
+            };
+            let spec_deadline = spec.deadline;
+            let (runner, gate) =
+                exec::Runner::new(spec, handles.leadership.clone(), handles.step_down.clone())?;
+            let elector = if spec_deadline {
+                elector.with_gate(gate)
+            } else {
+                elector
+            };
+            (elector, Some(runner))
+        }
+    };
     let attestations = !config.unsafe_switches.no_attestations;
     start_nodes(&tasks, &redlock, &handles, attestations, &stop);
     tasks.spawn(elector::watchdog(
@@ -133,10 +173,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
 
     let mut elector_task = tasks.spawn(elector.run(stop.clone()));
+    let mut code = 0;
+    let exec_mode = runner.is_some();
+    let command_ended = async {
+        match runner {
+            Some(runner) => runner.run().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = shutdown => {}
+        c = command_ended => code = c,
         r = &mut elector_task => {
             tracing::error!(?r, "election loop ended unexpectedly");
+            // `run` fails; the sidecar alone exits as it always has.
+            code = u8::from(exec_mode);
         }
     }
     let budget = shutdown_budget(config.redis.timeout);
@@ -157,7 +208,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         took_ms = started.elapsed().as_millis() as u64,
         "shutdown complete"
     );
-    Ok(())
+    Ok(code)
 }
 
 async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener> {
@@ -174,7 +225,51 @@ fn preference(config: &Config) -> elector::Preference {
         settle: config.lease.prefer_settle,
         grace: elector::grace(config.redis.timeout),
         name_successor: !config.unsafe_switches.no_named_successor,
+        follow_app: config.lease.follow_app.then_some(elector::AppGate {
+            grace: config.app.unhealthy_grace,
+            cooldown: config.app.cooldown,
+        }),
     }
+}
+
+/// With `app.healthUrl`, the standing's app health is also the URL's: probed until `stop`.
+fn with_health_url(
+    tasks: &TaskTracker,
+    config: &Config,
+    base: watch::Receiver<elector::Standing>,
+    stop: &CancellationToken,
+) -> watch::Receiver<elector::Standing> {
+    let Some(url) = config.app.health_url.clone() else {
+        return base;
+    };
+    let probe = health::Probe {
+        url,
+        interval: config.app.health_interval,
+        timeout: config.app.health_timeout,
+        failure_threshold: config.app.health_failure_threshold,
+    };
+    let (url_tx, mut url_rx) = watch::channel(false);
+    tasks.spawn(health::probe(probe, url_tx, stop.clone()));
+    let combined = |base: &elector::Standing, url: bool| elector::Standing {
+        app_healthy: base.app_healthy && url,
+        ..base.clone()
+    };
+    let (tx, rx) = watch::channel(combined(&base.borrow(), false));
+    let stop = stop.clone();
+    let mut base = base;
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                Ok(()) = base.changed() => {}
+                Ok(()) = url_rx.changed() => {}
+                _ = stop.cancelled() => return,
+                else => return,
+            }
+            let next = combined(&base.borrow_and_update(), *url_rx.borrow_and_update());
+            tx.send_if_modified(|s| std::mem::replace(s, next.clone()) != next);
+        }
+    });
+    rx
 }
 
 /// The candidate's standing: the own pod's revision, creation time and Ready condition in

@@ -11,6 +11,7 @@ pub const SECTIONS: &[&str] = &[
     "handover",
     "restart",
     "failover",
+    "run",
     "rollout",
     "load",
     "fanout",

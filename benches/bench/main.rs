@@ -110,6 +110,9 @@ fn run_sections(rt: &tokio::runtime::Runtime, o: &Opts) -> Report {
     if o.wants("failover") {
         scenarios::failover::run(rt, o, &mut rep, &three);
     }
+    if o.wants("run") {
+        scenarios::run::run(o, &mut rep, &three);
+    }
     if o.wants("rollout") {
         scenarios::rollout::run(o, &mut rep, &shared[..3]);
     }

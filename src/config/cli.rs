@@ -46,6 +46,14 @@ enum Sub {
         #[arg(long)]
         connect: bool,
     },
+    /// Run a command while this sidecar leads: it starts with each term and is stopped
+    /// (SIGTERM, then SIGKILL after run.killGrace) before the term can pass to anyone else
+    #[command(long_about = None)]
+    Run {
+        /// The command and its arguments, after `--`
+        #[arg(value_name = "CMD", required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
 }
 
 /// Hidden, test-only flags that turn a safety mechanism off so a test can show the hazard it
@@ -91,6 +99,11 @@ pub struct UnsafeSwitches {
     /// the benchmark can take the release-proof path alone and compare.
     #[arg(long = "no-attestations", hide = true)]
     pub no_attestations: bool,
+    /// `--unsafe-disable-run-deadline`: `run` stops its command only when it sees the term end,
+    /// not by itself before the deadline, and releases without waiting for the command to die:
+    /// a paused or starved sidecar leaves its command running while a successor's starts.
+    #[arg(long = "unsafe-disable-run-deadline", hide = true)]
+    pub run_deadline_off: bool,
 }
 
 impl UnsafeSwitches {
@@ -118,6 +131,9 @@ impl UnsafeSwitches {
         if self.blind_band_off {
             w.push("--unsafe-disable-blind-band: clock steps within the watch's allowance shorten leases unpaid; mutual exclusion is NOT guaranteed (tests only)");
         }
+        if self.run_deadline_off {
+            w.push("--unsafe-disable-run-deadline: run's command is not stopped by the term's deadline; two commands may run at once (tests only)");
+        }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");
         }
@@ -126,10 +142,15 @@ impl UnsafeSwitches {
 }
 
 /// What the command line asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Run the sidecar.
     Run,
+    /// `run -- CMD ARGS…`: run the sidecar, and the command while leading.
+    Exec {
+        /// The command and its arguments.
+        command: Vec<OsString>,
+    },
     /// Validate and print the effective settings (`check-config`).
     CheckConfig {
         /// `--connect`: also connect to every endpoint and run the real handshake.
@@ -169,6 +190,7 @@ where
     let cli = Cli::from_arg_matches(&matches)?;
     let (path, mode) = match cli.command {
         Some(Sub::CheckConfig { file, connect }) => (Some(file), Mode::CheckConfig { connect }),
+        Some(Sub::Run { command }) => (cli.config, Mode::Exec { command }),
         None => (cli.config, Mode::Run),
     };
     let file = match path {

@@ -120,6 +120,9 @@ where
 {
     let parsed = parse_args(args, env)?;
     let config = validate(&parsed.settings, env, parsed.switches)?;
+    if matches!(parsed.mode, Mode::Exec { .. }) || config.run.kill_grace_given {
+        validate::run_fits(&config)?;
+    }
     Ok(Invocation {
         config,
         mode: parsed.mode,
@@ -164,10 +167,44 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The app's health (`lease.followApp`, `app.*`).
+    pub app: AppConfig,
+    /// `redlock-elector run -- CMD`.
+    pub run: RunConfig,
     /// Test-only switches that turn a safety mechanism off, to show the hazard it prevents.
     pub unsafe_switches: UnsafeSwitches,
     /// Non-fatal findings (e.g. an even number of endpoints), logged once logging is up.
     pub warnings: Vec<String>,
+}
+
+/// What "the app is healthy" means (`app.*`), with `lease.followApp`.
+#[derive(Clone, Debug)]
+pub struct AppConfig {
+    /// `app.containers`; empty = every container of the pod but the sidecar's.
+    pub containers: Vec<String>,
+    /// `app.healthUrl`, probed with the next three settings.
+    pub health_url: Option<url::Url>,
+    /// `app.healthInterval`.
+    pub health_interval: Duration,
+    /// `app.healthTimeout`.
+    pub health_timeout: Duration,
+    /// `app.healthFailureThreshold`.
+    pub health_failure_threshold: u32,
+    /// `app.unhealthyGrace`.
+    pub unhealthy_grace: Duration,
+    /// `app.cooldown`.
+    pub cooldown: Duration,
+}
+
+/// How `redlock-elector run` stops its command.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// From SIGTERM to SIGKILL; the stop starts this long before the term's deadline.
+    pub kill_grace: Duration,
+    /// Whether `run.killGrace` was given (then `check-config` checks it fits the term).
+    pub kill_grace_given: bool,
+    /// After the command exits by itself while leading.
+    pub on_child_exit: crate::exec::OnChildExit,
 }
 
 /// Lease settings.
@@ -191,6 +228,8 @@ pub struct LeaseConfig {
     pub priority: i64,
     /// How long a preferred candidate must have been ready before a preferred handover.
     pub prefer_settle: Duration,
+    /// `lease.followApp`: leadership follows the app's health (`app.*`).
+    pub follow_app: bool,
 }
 
 /// `lease.prefer`: which candidate a graceful handover names, and whether a leader hands over

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde::ser::{SerializeStruct, Serializer};
 
 use super::{
-    Config, Endpoint, KubeEnabled, KubernetesConfig, LeaseConfig, LogConfig, PASSWORD_ENV,
-    RedisConfig, Secret, fmt_dur,
+    AppConfig, Config, Endpoint, KubeEnabled, KubernetesConfig, LeaseConfig, LogConfig,
+    PASSWORD_ENV, RedisConfig, RunConfig, Secret, fmt_dur,
 };
 
 /// The effective settings as YAML, in the config file's own shape, secrets redacted.
@@ -67,7 +67,7 @@ impl Serialize for Endpoint {
 
 impl Serialize for Config {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("Config", 7)?;
+        let mut m = s.serialize_struct("Config", 9)?;
         m.serialize_field("identity", &self.identity)?;
         m.serialize_field("lease", &self.lease)?;
         m.serialize_field("redis", &self.redis)?;
@@ -77,13 +77,42 @@ impl Serialize for Config {
         m.serialize_field("ops", &Listen { listen: ops })?;
         m.serialize_field("kubernetes", &self.kubernetes)?;
         m.serialize_field("log", &self.log)?;
+        m.serialize_field("app", &self.app)?;
+        m.serialize_field("run", &self.run)?;
+        m.end()
+    }
+}
+
+impl Serialize for AppConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("AppConfig", 7)?;
+        m.serialize_field("containers", &self.containers)?;
+        let url = self
+            .health_url
+            .as_ref()
+            .map_or(String::new(), |u| u.to_string());
+        m.serialize_field("healthUrl", &url)?;
+        m.serialize_field("healthInterval", &fmt_dur(self.health_interval))?;
+        m.serialize_field("healthTimeout", &fmt_dur(self.health_timeout))?;
+        m.serialize_field("healthFailureThreshold", &self.health_failure_threshold)?;
+        m.serialize_field("unhealthyGrace", &fmt_dur(self.unhealthy_grace))?;
+        m.serialize_field("cooldown", &fmt_dur(self.cooldown))?;
+        m.end()
+    }
+}
+
+impl Serialize for RunConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("RunConfig", 2)?;
+        m.serialize_field("killGrace", &fmt_dur(self.kill_grace))?;
+        m.serialize_field("onChildExit", self.on_child_exit.as_str())?;
         m.end()
     }
 }
 
 impl Serialize for LeaseConfig {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("LeaseConfig", 9)?;
+        let mut m = s.serialize_struct("LeaseConfig", 10)?;
         m.serialize_field("name", &self.name)?;
         m.serialize_field("ttl", &fmt_dur(self.ttl))?;
         m.serialize_field("renewEvery", &fmt_dur(self.renew_every))?;
@@ -93,6 +122,7 @@ impl Serialize for LeaseConfig {
         m.serialize_field("prefer", self.prefer.as_str())?;
         m.serialize_field("priority", &self.priority)?;
         m.serialize_field("preferSettle", &fmt_dur(self.prefer_settle))?;
+        m.serialize_field("followApp", &self.follow_app)?;
         m.end()
     }
 }

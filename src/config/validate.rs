@@ -13,11 +13,13 @@ pub use parse::{fmt_dur, is_dns_label, parse_duration};
 pub use redis::read_password_file;
 
 use super::file::Text;
-use super::settings::{LeaseSettings, LogSettings, default};
+use super::settings::{LeaseSettings, LogSettings, RunSettings, default};
 use super::{
-    Config, ConfigError, Env, LeaseConfig, LogConfig, LogFormat, Settings, UnsafeSwitches, err,
+    AppConfig, Config, ConfigError, Env, LeaseConfig, LogConfig, LogFormat, RunConfig, Settings,
+    UnsafeSwitches, err,
 };
-use parse::{duration_or, parse_addr};
+use crate::exec::OnChildExit;
+use parse::{bool_or, duration_or, parse_addr};
 
 /// The validity of a lease sample must be positive; these bounds keep the algorithm meaningful.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
@@ -45,6 +47,9 @@ pub fn validate(
     let kubernetes = kubernetes::validate(&s.kubernetes, env)?;
     let order = kubernetes::preference(&s.lease, &kubernetes)?;
     let log = log(&s.log)?;
+    let follow_app = bool_or("lease.followApp", &s.lease.follow_app, default::FOLLOW_APP)?;
+    let app = app(s, follow_app)?;
+    let run = run(&s.run, timing.ttl)?;
     let identity = identity(&s.identity, kubernetes.pod_name.as_deref(), env)?;
     Ok(Config {
         identity,
@@ -58,12 +63,15 @@ pub fn validate(
             prefer: order.prefer,
             priority: order.priority,
             prefer_settle: order.prefer_settle,
+            follow_app,
         },
         redis,
         api_listen,
         ops_listen,
         kubernetes,
         log,
+        app,
+        run,
         unsafe_switches,
         warnings,
     })
@@ -212,6 +220,143 @@ fn log(s: &LogSettings) -> Result<LogConfig, ConfigError> {
         ));
     }
     Ok(LogConfig { format, level })
+}
+
+fn app(s: &Settings, follow: bool) -> Result<AppConfig, ConfigError> {
+    let a = &s.app;
+    let containers: Vec<String> = a
+        .containers
+        .iter()
+        .flatten()
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .collect();
+    if let Some(bad) = containers.iter().find(|c| !is_dns_label(c)) {
+        return Err(err(
+            "app.containers",
+            format!("{bad:?} is not a container name (a lowercase DNS label)"),
+        ));
+    }
+    let health_url = match Text::given(&a.health_url).map(str::trim) {
+        None => None,
+        Some(v) => {
+            let url = url::Url::parse(v)
+                .map_err(|e| err("app.healthUrl", format!("{v:?} is not a URL: {e}")))?;
+            let loopback = match url.host() {
+                Some(url::Host::Domain(d)) => d == "localhost",
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                None => false,
+            };
+            if url.scheme() != "http" || !loopback {
+                return Err(err(
+                    "app.healthUrl",
+                    format!(
+                        "{v:?} must be an http:// URL on the loopback interface (127.0.0.1, ::1, localhost)"
+                    ),
+                ));
+            }
+            Some(url)
+        }
+    };
+    if health_url.is_some() && !follow {
+        return Err(err(
+            "app.healthUrl",
+            "is probed only with lease.followApp: true; set it, or remove app.healthUrl",
+        ));
+    }
+    let positive = |field: &str, v: &Option<Text>, d: Duration| {
+        let v = duration_or(field, v, d)?;
+        if v.is_zero() {
+            return Err(err(field, "must be above 0"));
+        }
+        Ok(v)
+    };
+    let health_failure_threshold = match Text::given(&a.health_failure_threshold) {
+        None => default::HEALTH_FAILURE_THRESHOLD,
+        Some(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(err(
+                    "app.healthFailureThreshold",
+                    format!("{v:?} is not a whole number above 0"),
+                ));
+            }
+        },
+    };
+    Ok(AppConfig {
+        containers,
+        health_url,
+        health_interval: positive(
+            "app.healthInterval",
+            &a.health_interval,
+            default::HEALTH_INTERVAL,
+        )?,
+        health_timeout: positive(
+            "app.healthTimeout",
+            &a.health_timeout,
+            default::HEALTH_TIMEOUT,
+        )?,
+        health_failure_threshold,
+        unhealthy_grace: duration_or(
+            "app.unhealthyGrace",
+            &a.unhealthy_grace,
+            default::UNHEALTHY_GRACE,
+        )?,
+        cooldown: duration_or("app.cooldown", &a.cooldown, default::APP_COOLDOWN)?,
+    })
+}
+
+fn run(s: &RunSettings, ttl: Duration) -> Result<RunConfig, ConfigError> {
+    let kill_grace = duration_or(
+        "run.killGrace",
+        &s.kill_grace,
+        ttl / default::KILL_GRACE_DIVISOR,
+    )?;
+    if kill_grace.is_zero() {
+        return Err(err("run.killGrace", "must be above 0"));
+    }
+    let on_child_exit = match Text::given(&s.on_child_exit)
+        .unwrap_or(default::ON_CHILD_EXIT)
+        .trim()
+    {
+        "exit" => OnChildExit::Exit,
+        "contend" => OnChildExit::Contend,
+        other => {
+            return Err(err(
+                "run.onChildExit",
+                format!("{other:?} is not one of exit, contend"),
+            ));
+        }
+    };
+    Ok(RunConfig {
+        kill_grace,
+        kill_grace_given: Text::given(&s.kill_grace).is_some(),
+        on_child_exit,
+    })
+}
+
+/// `redlock-elector run` stops its command `run.killGrace` before the term's deadline, so the
+/// command is dead before the lease can pass on. A renewal started on time must still come back
+/// before that stop begins: `killGrace + renewEvery + redis.timeout` must stay below the
+/// shortest term, `ttl −` the margin at worst. Checked for `run`, and by `check-config` when
+/// `run.killGrace` is given.
+pub fn run_fits(c: &Config) -> Result<(), ConfigError> {
+    let margin = lease_margin(c.lease.ttl, c.lease.drift_factor, c.redis.timeout);
+    let term = c.lease.ttl.saturating_sub(margin);
+    let needed = c.run.kill_grace + c.lease.renew_every + c.redis.timeout;
+    if needed >= term {
+        return Err(err(
+            "run.killGrace",
+            format!(
+                "{} leaves the command no time: run.killGrace + lease.renewEvery + redis.timeout ({}) must be below lease.ttl less the lease's margin at worst ({}); lower run.killGrace or lease.renewEvery, or raise lease.ttl",
+                fmt_dur(c.run.kill_grace),
+                fmt_dur(needed),
+                fmt_dur(term)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `identity`, else the pod name, else the hostname.

@@ -63,6 +63,9 @@ pub struct Elector<R = Live> {
     health: Arc<LoopHealth>,
     /// Counters.
     metrics: Metrics,
+    /// Set while a process runs under the term (`redlock-elector run`'s command): a release
+    /// waits until it is clear, so the lease never passes on while that process lives.
+    gate: Option<watch::Receiver<bool>>,
 }
 
 /// Handles the rest of the process needs.
@@ -131,6 +134,7 @@ impl<R: Rounds> Elector<R> {
             candidacy: candidacy_tx,
             health: health.clone(),
             metrics,
+            gate: None,
         };
         let handles = Handles {
             leadership: rx,
@@ -175,6 +179,18 @@ async fn finish(tail: &mut Option<Records>) {
     *tail = None;
 }
 
+/// Whether the gate is clear (no process runs under the term) by `deadline`; at once without
+/// a gate. A gate whose runner is gone while it was set stays shut.
+async fn gate_clear(gate: &mut Option<watch::Receiver<bool>>, deadline: Instant) -> bool {
+    let Some(gate) = gate else {
+        return true;
+    };
+    matches!(
+        tokio::time::timeout_at(deadline, gate.wait_for(|busy| !*busy)).await,
+        Ok(Ok(_))
+    )
+}
+
 /// Sleep until `at`; forever when there is nothing to wake for.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
@@ -184,6 +200,12 @@ async fn sleep_until_some(at: Option<Instant>) {
 }
 
 impl<R: Rounds> Elector<R> {
+    /// Release no term while `gate` says a process still runs under it (`redlock-elector run`).
+    pub fn with_gate(mut self, gate: watch::Receiver<bool>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
     /// Run until `stop` is cancelled; on the way out, release the lease if held, and withdraw
     /// the own candidate record so that no leader names a sidecar that is gone.
     pub async fn run(mut self, stop: CancellationToken) {
@@ -220,8 +242,9 @@ impl<R: Rounds> Elector<R> {
                 Ok(()) = stalls.changed() => Event::Stall,
                 Some(request) = self.requests.recv() => {
                     next_request += 1;
+                    let reason = request.reason;
                     requests.push((next_request, request));
-                    Event::StepDown(next_request)
+                    Event::StepDown(next_request, reason)
                 }
                 _ = self.notices.notified() => Event::Notice {
                     successor: self.notices.successor(),
@@ -309,7 +332,14 @@ impl<R: Rounds> Elector<R> {
                 Some(Event::Candidates(rounds.records(None, life).await))
             }
             Command::Release { lease, successor } => {
-                rounds.hand_over(&lease, successor.as_deref()).await;
+                if gate_clear(&mut self.gate, lease.deadline).await {
+                    rounds.hand_over(&lease, successor.as_deref()).await;
+                } else {
+                    tracing::error!(
+                        token = lease.token,
+                        "the command run under the term was still alive at the term's deadline; not releasing: the lease is left to expire"
+                    );
+                }
                 Some(Event::Released)
             }
             Command::Publish { term, leader } => {
@@ -329,6 +359,8 @@ impl<R: Rounds> Elector<R> {
                 None
             }
             Command::Candidacy(view) => {
+                self.metrics
+                    .app_health(view.app_healthy, view.healthy_candidates);
                 self.candidacy.send_if_modified(|v| {
                     let changed = *v != view;
                     *v = view;
@@ -338,7 +370,7 @@ impl<R: Rounds> Elector<R> {
             }
             Command::Answer { request, answer } => {
                 if let Some(i) = requests.iter().position(|(id, _)| *id == request) {
-                    let _ = requests.swap_remove(i).1.send(answer);
+                    let _ = requests.swap_remove(i).1.reply.send(answer);
                 }
                 None
             }

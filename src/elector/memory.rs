@@ -206,13 +206,13 @@ impl Rounds for Memory {
 
 #[cfg(test)]
 mod tests {
-    use tokio::sync::{oneshot, watch};
+    use tokio::sync::watch;
     use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::config::Prefer;
     use crate::elector::{
-        Elector, Handles, Preference, Standing, StepDown, StepDownReason, Timing,
+        Elector, Handles, Preference, Standing, StepDown, StepDownReason, StepDownRequest, Timing,
     };
     use crate::metrics::Metrics;
 
@@ -231,6 +231,7 @@ mod tests {
             settle: Duration::from_secs(1),
             grace: Duration::from_millis(75),
             name_successor: true,
+            follow_app: None,
         };
         let standing = watch::channel(Standing::fixed()).1;
         let metrics = Metrics::register(&prometheus::Registry::new(), "memory").unwrap();
@@ -283,8 +284,8 @@ mod tests {
         assert!(world.lock().unwrap().records.contains_key("b"));
 
         // A requested step-down names b, which takes over before the grace could pass.
-        let (tx, rx) = oneshot::channel();
-        ha.step_down.send(tx).await.unwrap();
+        let (request, rx) = StepDownRequest::new(StepDownReason::Requested);
+        ha.step_down.send(request).await.unwrap();
         let asked = Instant::now();
         assert_eq!(rx.await.unwrap(), StepDown::Released);
         assert_eq!(until_leader(&hb).await, 2);

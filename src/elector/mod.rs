@@ -20,7 +20,7 @@ mod watchdog;
 
 pub use self::driver::{Elector, Handles};
 pub use self::rounds::{Live, Rounds};
-pub use self::settings::{GRACE_MARGIN, Preference, Standing, Timing, grace};
+pub use self::settings::{AppGate, GRACE_MARGIN, Preference, Standing, Timing, grace};
 pub use self::step_down::{StepDown, StepDownRequest};
 pub use self::watchdog::{LoopHealth, watchdog};
 pub use crate::leadership::{CandidacyView, StepDownReason};

@@ -24,6 +24,19 @@ pub struct Preference {
     pub grace: Duration,
     /// Whether a graceful release names a successor (off only for the benchmark's comparison).
     pub name_successor: bool,
+    /// `lease.followApp`: leadership follows the app's health ([`AppGate`]); `None` when off.
+    pub follow_app: Option<AppGate>,
+}
+
+/// Health-gated leadership (`lease.followApp`): a leader whose app has been unhealthy for
+/// `grace` hands over to a candidate whose app is healthy; a follower whose app is unhealthy is
+/// no ready candidate and does not attempt while a healthy one exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AppGate {
+    /// `app.unhealthyGrace`: how long the app must have been unhealthy before a handover.
+    pub grace: Duration,
+    /// `app.cooldown`: after a handover for health, no attempt for this long.
+    pub cooldown: Duration,
 }
 
 /// Timing settings of the state machine.

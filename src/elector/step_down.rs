@@ -15,6 +15,8 @@ impl StepDownReason {
             StepDownReason::Stalled => "stalled",
             StepDownReason::Shutdown => "shutdown",
             StepDownReason::Preferred => "preferred",
+            StepDownReason::ChildExited => "child-exited",
+            StepDownReason::AppUnhealthy => "app-unhealthy",
         }
     }
 
@@ -25,6 +27,8 @@ impl StepDownReason {
             StepDownReason::Shutdown => Some(HandoverReason::Shutdown),
             StepDownReason::Requested => Some(HandoverReason::StepDown),
             StepDownReason::Preferred => Some(HandoverReason::Preferred),
+            StepDownReason::ChildExited => Some(HandoverReason::ChildExited),
+            StepDownReason::AppUnhealthy => Some(HandoverReason::AppUnhealthy),
             StepDownReason::RenewalFailed | StepDownReason::Stalled => None,
         }
     }
@@ -39,5 +43,28 @@ pub enum StepDown {
     NotLeader,
 }
 
-/// A step-down request with its reply channel.
-pub type StepDownRequest = oneshot::Sender<StepDown>;
+/// A step-down request: why, and where the answer goes.
+#[derive(Debug)]
+pub struct StepDownRequest {
+    /// [`StepDownReason::Requested`] from the API; [`StepDownReason::ChildExited`] from `run`.
+    pub reason: StepDownReason,
+    /// The answer.
+    pub reply: oneshot::Sender<StepDown>,
+}
+
+impl StepDownRequest {
+    /// A request, and the receiver of its answer.
+    pub fn new(reason: StepDownReason) -> (Self, oneshot::Receiver<StepDown>) {
+        let (reply, rx) = oneshot::channel();
+        (StepDownRequest { reason, reply }, rx)
+    }
+
+    /// Whether a step-down for this reason keeps the sidecar from contending for a ttl after the
+    /// release: one the app asked for, directly or by its command's exit.
+    pub fn cools_down(reason: StepDownReason) -> bool {
+        matches!(
+            reason,
+            StepDownReason::Requested | StepDownReason::ChildExited
+        )
+    }
+}

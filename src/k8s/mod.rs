@@ -22,7 +22,7 @@ pub mod call;
 pub mod standing;
 
 pub use call::CallError;
-pub use standing::{POD_POLL, poll_pod, standing_of};
+pub use standing::{Apps, POD_POLL, poll_pod, standing_of};
 
 /// How long the client waits for a TCP (and TLS) connection to the API server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -48,6 +48,8 @@ pub struct Settings {
     pub events: bool,
     /// Publish [`TOKEN_ANNOTATION`].
     pub token_annotation: bool,
+    /// The app containers whose health leadership follows (`lease.followApp`).
+    pub apps: standing::Apps,
 }
 
 impl Settings {
@@ -68,6 +70,11 @@ impl Settings {
             label_follower: k.label_follower.clone(),
             events: k.events,
             token_annotation: k.fencing_token_annotation,
+            apps: match (config.lease.follow_app, config.app.containers.is_empty()) {
+                (false, _) => standing::Apps::Off,
+                (true, true) => standing::Apps::AllButSidecar,
+                (true, false) => standing::Apps::Named(config.app.containers.clone()),
+            },
         })
     }
 

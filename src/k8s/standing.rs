@@ -24,6 +24,10 @@ pub struct Standing {
     pub ready: bool,
     /// Whether revision and creation time are known yet (never ready before).
     pub known: bool,
+    /// Whether the app is healthy (`lease.followApp`): in Kubernetes, every app container of
+    /// the pod is started, running and ready ([`apps_healthy`]); with `app.healthUrl`, the URL
+    /// answers. Always true when leadership does not follow the app.
+    pub app_healthy: bool,
 }
 
 impl Standing {
@@ -34,6 +38,7 @@ impl Standing {
             created: 0,
             ready: true,
             known: true,
+            app_healthy: true,
         }
     }
 
@@ -44,6 +49,7 @@ impl Standing {
             created: 0,
             ready: false,
             known: false,
+            app_healthy: false,
         }
     }
 }
@@ -67,8 +73,76 @@ const READY_FAILURES: u32 = 3;
 /// StatefulSets and DaemonSets the second.
 const REVISION_LABELS: [&str; 2] = ["pod-template-hash", "controller-revision-hash"];
 
-/// The standing the own pod gives: revision, creation time, Ready condition.
-pub fn standing_of(pod: &Pod) -> Standing {
+/// The containers whose health leadership follows (`lease.followApp`, `app.containers`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Apps {
+    /// Leadership does not follow the app.
+    Off,
+    /// Every regular container of the pod but the sidecar's own (named `redlock-elector` in
+    /// the chart and the Component; a native sidecar is an init container, never among them).
+    AllButSidecar,
+    /// These containers.
+    Named(Vec<String>),
+}
+
+/// The sidecar's container name in the chart and the Component.
+pub const SIDECAR_CONTAINER: &str = "redlock-elector";
+
+/// Whether the pod's app containers are healthy: each one is started, running, ready, and has
+/// not restarted since `restarts` was taken (a container that restarts between two reads is
+/// unhealthy for that read). A container it names that the pod lacks is unhealthy. `None`
+/// when the pod has no status yet.
+pub fn apps_healthy(pod: &Pod, apps: &Apps) -> Option<bool> {
+    if *apps == Apps::Off {
+        return Some(true);
+    }
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let selected: Vec<_> = match apps {
+        Apps::Off => return Some(true),
+        Apps::AllButSidecar => statuses
+            .iter()
+            .filter(|c| c.name != SIDECAR_CONTAINER)
+            .collect(),
+        Apps::Named(names) => {
+            if names.iter().any(|n| !statuses.iter().any(|c| c.name == *n)) {
+                return Some(false);
+            }
+            statuses
+                .iter()
+                .filter(|c| names.contains(&c.name))
+                .collect()
+        }
+    };
+    Some(selected.iter().all(|c| {
+        c.ready
+            && c.started.unwrap_or(true)
+            && c.state.as_ref().is_some_and(|s| s.running.is_some())
+    }))
+}
+
+/// The sum of the app containers' restart counts, to see a restart between two reads.
+pub fn app_restarts(pod: &Pod, apps: &Apps) -> i64 {
+    let Some(statuses) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+    else {
+        return 0;
+    };
+    statuses
+        .iter()
+        .filter(|c| match apps {
+            Apps::Off => false,
+            Apps::AllButSidecar => c.name != SIDECAR_CONTAINER,
+            Apps::Named(names) => names.contains(&c.name),
+        })
+        .map(|c| i64::from(c.restart_count))
+        .sum()
+}
+
+/// The standing the own pod gives: revision, creation time, Ready condition, and with
+/// `lease.followApp`, the app containers' health.
+pub fn standing_of(pod: &Pod, apps: &Apps) -> Standing {
     let labels = pod.metadata.labels.as_ref();
     let revision = REVISION_LABELS
         .iter()
@@ -90,6 +164,7 @@ pub fn standing_of(pod: &Pod) -> Standing {
         created,
         ready,
         known: true,
+        app_healthy: apps_healthy(pod, apps).unwrap_or(false),
     }
 }
 
@@ -104,6 +179,7 @@ pub async fn poll_pod(
     stop: CancellationToken,
 ) {
     let mut failures = 0u32;
+    let mut restarts: Option<i64> = None;
     let mut api: Option<Api<Pod>> = None;
     let started = tokio::time::Instant::now();
     loop {
@@ -124,7 +200,14 @@ pub async fn poll_pod(
             match call(&metrics, "get", api.get(&settings.pod)).await {
                 Ok(pod) => {
                     failures = 0;
-                    publish(&tx, standing_of(&pod));
+                    let mut next = standing_of(&pod, &settings.apps);
+                    // An app container that restarted since the last read was down meanwhile.
+                    let now = app_restarts(&pod, &settings.apps);
+                    if restarts.is_some_and(|before| now > before) {
+                        next.app_healthy = false;
+                    }
+                    restarts = Some(now);
+                    publish(&tx, next);
                 }
                 Err(e) => {
                     failures += 1;
@@ -182,7 +265,7 @@ mod tests {
             ]},
         }))
         .unwrap();
-        let s = standing_of(&pod);
+        let s = standing_of(&pod, &Apps::Off);
         assert_eq!(s.revision, "7c9f");
         assert_eq!(s.created, 1_795_435_200);
         assert!(!s.ready && s.known);
@@ -191,10 +274,66 @@ mod tests {
             "status": {"conditions": [{"type": "Ready", "status": "True"}]},
         }))
         .unwrap();
-        let s = standing_of(&ready);
+        let s = standing_of(&ready, &Apps::Off);
         assert_eq!(
             (s.revision.as_str(), s.created, s.ready),
             ("sts-2", 0, true)
         );
+    }
+
+    fn pod_with(containers: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "status": {"containerStatuses": containers},
+        }))
+        .unwrap()
+    }
+
+    fn running(name: &str, ready: bool, restarts: i32) -> serde_json::Value {
+        json!({"name": name, "ready": ready, "started": true, "restartCount": restarts,
+               "image": "i", "imageID": "", "state": {"running": {}}})
+    }
+
+    #[test]
+    fn the_apps_health_is_every_app_container_running_and_ready_but_the_sidecars() {
+        let all = Apps::AllButSidecar;
+        // The sidecar's own container (not ready: /readyz/leader on a follower) does not count.
+        let pod = pod_with(json!([
+            running("app", true, 0),
+            running("redlock-elector", false, 0)
+        ]));
+        assert_eq!(apps_healthy(&pod, &all), Some(true));
+        assert!(standing_of(&pod, &all).app_healthy);
+        let pod = pod_with(json!([
+            running("app", false, 0),
+            running("redlock-elector", true, 0)
+        ]));
+        assert_eq!(apps_healthy(&pod, &all), Some(false));
+        // A crash-looping container waits in CrashLoopBackOff.
+        let waiting = json!({"name": "app", "ready": false, "started": false, "restartCount": 4,
+            "image": "i", "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff"}}});
+        let pod = pod_with(json!([waiting]));
+        assert_eq!(apps_healthy(&pod, &all), Some(false));
+        assert_eq!(app_restarts(&pod, &all), 4);
+        // Named containers: only those, and a missing one is unhealthy.
+        let pod = pod_with(json!([running("web", true, 0), running("batch", false, 2)]));
+        assert_eq!(
+            apps_healthy(&pod, &Apps::Named(vec!["web".into()])),
+            Some(true)
+        );
+        assert_eq!(
+            apps_healthy(&pod, &Apps::Named(vec!["batch".into()])),
+            Some(false)
+        );
+        assert_eq!(
+            apps_healthy(&pod, &Apps::Named(vec!["gone".into()])),
+            Some(false)
+        );
+        assert_eq!(app_restarts(&pod, &Apps::Named(vec!["batch".into()])), 2);
+        // No statuses yet: unknown, so not healthy; off: always healthy.
+        let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+        assert_eq!(apps_healthy(&bare, &all), None);
+        assert!(!standing_of(&bare, &all).app_healthy);
+        assert!(standing_of(&bare, &Apps::Off).app_healthy);
     }
 }

@@ -44,14 +44,20 @@ pub enum HandoverReason {
     StepDown,
     /// A better candidate had been ready for the settle time.
     Preferred,
+    /// The command of `redlock-elector run` ended while leading.
+    ChildExited,
+    /// The app had been unhealthy for the grace (`lease.followApp`).
+    AppUnhealthy,
 }
 
 impl HandoverReason {
     /// Every reason, so that each series exists (at 0) from the start.
-    pub const ALL: [HandoverReason; 3] = [
+    pub const ALL: [HandoverReason; 5] = [
         HandoverReason::Shutdown,
         HandoverReason::StepDown,
         HandoverReason::Preferred,
+        HandoverReason::ChildExited,
+        HandoverReason::AppUnhealthy,
     ];
 
     /// The label value.
@@ -60,6 +66,8 @@ impl HandoverReason {
             HandoverReason::Shutdown => "shutdown",
             HandoverReason::StepDown => "step_down",
             HandoverReason::Preferred => "preferred",
+            HandoverReason::ChildExited => "child_exited",
+            HandoverReason::AppUnhealthy => "app_unhealthy",
         }
     }
 }

@@ -110,8 +110,12 @@ pub struct Metrics {
     /// timeout | transport | cancelled).
     kube_requests: IntCounterVec,
     /// Graceful handovers this sidecar made as leader (its release named a successor), by
-    /// reason: shutdown | step_down | preferred.
+    /// reason: shutdown | step_down | preferred | child_exited | app_unhealthy.
     handovers: IntCounterVec,
+    /// `lease.followApp`: 1 while this sidecar's app is healthy (always 1 when off).
+    app_healthy: IntGauge,
+    /// `lease.followApp`: other candidates whose app is healthy, as the records last read say.
+    healthy_candidates: IntGauge,
 }
 
 impl Metrics {
@@ -149,7 +153,10 @@ impl Metrics {
             stalls: b.counter("redlock_elector_stalls_total", "Times the election loop's timer slipped beyond the stall margin")?,
             kube_requests: b.counter_vec(Process, "redlock_elector_kube_requests_total", "Kubernetes API requests by verb and result", &["verb", "result"])?,
             handovers: b.counter_vec(Lease, "redlock_elector_handovers_total", "Graceful handovers by the leader (its release notice names a successor), by reason", &["reason"])?,
+            app_healthy: b.int_gauge("redlock_elector_app_healthy", "1 while this sidecar's app is healthy (lease.followApp: its app containers, or app.healthUrl); always 1 when leadership does not follow the app")?,
+            healthy_candidates: b.int_gauge("redlock_elector_healthy_candidates", "Other candidates whose app is healthy, as the candidate records last read say (lease.followApp); a leader whose app is unhealthy hands over to one of them")?,
         };
+        m.app_healthy.set(1);
         let build_info = b.gauge_vec(
             Process,
             "redlock_elector_build_info",
@@ -200,6 +207,13 @@ impl Metrics {
     /// The leader's release named a successor.
     pub fn handover(&self, reason: HandoverReason) {
         self.handovers.with_label_values(&[reason.label()]).inc();
+    }
+
+    /// What the elector last saw of the apps' health (`lease.followApp`).
+    pub fn app_health(&self, healthy: Option<bool>, healthy_candidates: Option<u32>) {
+        self.app_healthy.set(i64::from(healthy.unwrap_or(true)));
+        self.healthy_candidates
+            .set(i64::from(healthy_candidates.unwrap_or(0)));
     }
 
     /// A timer of the election loop slipped beyond the margin.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redlock_elector::config::Prefer;
 use redlock_elector::elector::machine::{Command, Cx, Event, Machine, Nodes};
-use redlock_elector::elector::{Preference, Standing, Timing};
+use redlock_elector::elector::{Preference, Standing, StepDownReason, Timing};
 use redlock_elector::leadership::Leadership;
 use redlock_elector::redlock::candidates::{Candidate, Rank};
 use redlock_elector::redlock::clock::{Policy, Reading, Watch};
@@ -871,6 +871,7 @@ impl System {
             settle: Duration::ZERO,
             grace: Duration::ZERO,
             name_successor: true,
+            follow_app: None,
         };
         let id = name(k).to_string();
         let quorum = math::quorum(self.nodes);
@@ -1988,7 +1989,12 @@ impl Model for System {
             Action::Handover { from, to } => {
                 // `POST /leader/step-down`: the elector reads the candidates (the model shows
                 // `to` ready) and releases naming it.
-                self.feed(&mut s, from as usize, Event::StepDown(0), Some(to));
+                self.feed(
+                    &mut s,
+                    from as usize,
+                    Event::StepDown(0, StepDownReason::Requested),
+                    Some(to),
+                );
             }
             Action::Request { sidecar, node } => {
                 self.request(&mut s, sidecar as usize, node as usize)

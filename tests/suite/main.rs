@@ -8,6 +8,7 @@
 //! `control_plane_rollout::` too, so add `--skip cp_` when you mean the other areas only.
 
 mod api;
+mod app_health;
 mod cli;
 mod clients;
 mod control_plane;
@@ -16,6 +17,7 @@ mod control_plane_rollout;
 mod dashboard_series;
 mod docs_links;
 mod election;
+mod exec;
 mod fault_schedule;
 mod fresh_handover;
 mod kube_labels;

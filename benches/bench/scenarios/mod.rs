@@ -10,5 +10,6 @@ pub mod handover;
 pub mod load;
 pub mod restart;
 pub mod rollout;
+pub mod run;
 pub mod tls;
 pub mod trio;

@@ -23,6 +23,21 @@ lease:
   {{- end }}
   priority: {{ int $c.lease.priority }}
   preferSettle: {{ $c.lease.preferSettle | quote }}
+  followApp: {{ $c.lease.followApp }}
+{{- $a := $c.app }}
+{{- if or $a.containers $a.unhealthyGrace $a.cooldown }}
+app:
+  {{- with $a.containers }}
+  containers:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $a.unhealthyGrace }}
+  unhealthyGrace: {{ . | quote }}
+  {{- end }}
+  {{- with $a.cooldown }}
+  cooldown: {{ . | quote }}
+  {{- end }}
+{{- end }}
 redis:
   endpoints:
     {{- include "redlock-elector.redisEndpoints" . | nindent 4 }}

@@ -18,6 +18,7 @@ fn flag_and_env_names() {
         ("priority", "LEASE_PRIORITY"),
         ("prefer-settle", "LEASE_PREFER_SETTLE"),
         ("key-prefix", "LEASE_KEY_PREFIX"),
+        ("follow-app", "LEASE_FOLLOW_APP"),
         ("redis", "REDIS_ENDPOINTS"),
         ("redis-timeout", "REDIS_TIMEOUT"),
         ("redis-connect-timeout", "REDIS_CONNECT_TIMEOUT"),
@@ -46,6 +47,18 @@ fn flag_and_env_names() {
         ),
         ("log-format", "LOG_FORMAT"),
         ("log-level", "LOG_LEVEL"),
+        ("app-container", "APP_CONTAINERS"),
+        ("app-health-url", "APP_HEALTH_URL"),
+        ("app-health-interval", "APP_HEALTH_INTERVAL"),
+        ("app-health-timeout", "APP_HEALTH_TIMEOUT"),
+        (
+            "app-health-failure-threshold",
+            "APP_HEALTH_FAILURE_THRESHOLD",
+        ),
+        ("app-unhealthy-grace", "APP_UNHEALTHY_GRACE"),
+        ("app-cooldown", "APP_COOLDOWN"),
+        ("kill-grace", "RUN_KILL_GRACE"),
+        ("on-child-exit", "RUN_ON_CHILD_EXIT"),
     ];
     let cmd = command();
     let got: Vec<(String, String)> = cmd
@@ -171,6 +184,7 @@ fn hidden_test_only_switches() {
         blind_band_off: false,
         reconnect_taint_off: false,
         no_attestations: false,
+        run_deadline_off: false,
     };
     assert_eq!(c.unsafe_switches, want);
     let mut e = env();

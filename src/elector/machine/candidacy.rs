@@ -32,7 +32,7 @@ impl Machine {
         let Some(rank) = self.rank() else {
             return (Record { fields: None, life }, false);
         };
-        let ready = self.standing.ready && cx.nodes.successor_ready;
+        let ready = self.standing_ready() && cx.nodes.successor_ready;
         let fields = candidates::fields(candidates::OwnFields {
             rank: &rank,
             ready,
@@ -57,12 +57,18 @@ impl Machine {
             self.last_candidates = c;
         }
         let rank = self.rank();
+        let follow = self.preference.follow_app.is_some();
+        let app_healthy = follow.then_some(self.standing.app_healthy);
+        let healthy_candidates = follow.then(|| self.healthy_candidates() as u32);
         let view = match leading {
             Some(pending) => CandidacyView {
                 leader_rank: rank.clone(),
                 rank,
                 handover_pending: pending,
                 candidate_ready: ready,
+                app_healthy,
+                leader_app_healthy: app_healthy,
+                healthy_candidates,
             },
             None => {
                 let record = self
@@ -74,6 +80,10 @@ impl Machine {
                     leader_rank: record.map(|c| c.rank.clone()),
                     handover_pending: record.is_some_and(|c| c.pending),
                     candidate_ready: ready,
+                    app_healthy,
+                    // A leader's record says ready while its app is healthy.
+                    leader_app_healthy: record.filter(|_| follow).map(|c| c.ready_for.is_some()),
+                    healthy_candidates,
                 }
             }
         };

@@ -68,6 +68,14 @@ impl Machine {
 
     /// Send an attempt with the own record beside it.
     pub(super) fn attempt(&mut self, cx: &mut Cx<'_>, named: bool) {
+        // `lease.followApp`: leave the lease to a candidate whose app is healthy; the next
+        // watch round, a watch period on, reads the records (and so this decision) again.
+        if !named && self.defers_to_healthy(cx.now) {
+            self.phase = Phase::Idle;
+            self.schedule.watching = true;
+            self.schedule.next_attempt = cx.now + cx.nodes.watch_period;
+            return;
+        }
         let (record, ready) = self.own_record(cx, None);
         self.phase = Phase::Attempting {
             named,
@@ -197,7 +205,7 @@ impl Machine {
     /// A fresh sidecar whose record could not say ready (its connections were still being
     /// verified) writes it again within [`READY_RECHECK`], during its first ttl.
     fn recheck_ready(&mut self, cx: &mut Cx<'_>, record_ready: bool) {
-        let pod_ready = self.standing.ready && self.rank().is_some();
+        let pod_ready = self.standing_ready() && self.rank().is_some();
         let fresh = cx.now.saturating_duration_since(self.schedule.started) < self.timing.ttl;
         if !record_ready && pod_ready && fresh {
             let s = &mut self.schedule;

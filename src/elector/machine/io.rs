@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::elector::settings::Standing;
 use crate::elector::step_down::StepDown;
-use crate::leadership::{CandidacyView, Ended, Term};
+use crate::leadership::{CandidacyView, Ended, StepDownReason, Term};
 use crate::metrics::HandoverReason;
 use crate::redlock::candidates::Candidate;
 use crate::redlock::{Acquire, Lease, Observed, QuorumWait};
@@ -92,8 +92,9 @@ pub enum Event {
     },
     /// More copies of the latest notice arrived: this many in all.
     Copies(usize),
-    /// `POST /leader/step-down`, answered by a [`Command::Answer`] with the same id.
-    StepDown(u64),
+    /// A step-down request (`POST /leader/step-down`, or `run`'s command ended), answered by a
+    /// [`Command::Answer`] with the same id.
+    StepDown(u64, StepDownReason),
     /// The stall watchdog saw the loop late.
     Stall,
     /// The own standing (rank, readiness) changed.

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::candidacy::RECORD_LIFE_PERIODS;
 use super::io::{Command, Count, Cx};
 use super::{Ending, Leading, Machine, Phase};
-use crate::elector::step_down::StepDown;
+use crate::elector::step_down::{StepDown, StepDownRequest};
 use crate::leadership::{Ended, StepDownReason, Term};
 use crate::redlock::Lease;
 use crate::redlock::candidates::{self, Candidate, Handover};
@@ -206,8 +206,11 @@ impl Machine {
         if ending.reason == StepDownReason::Shutdown || std::mem::take(&mut self.stopping) {
             return self.finish();
         }
-        if ending.reason == StepDownReason::Requested {
+        if StepDownRequest::cools_down(ending.reason) {
             self.schedule.cooldown_until = Some(cx.now + self.timing.ttl);
+        }
+        if ending.reason == StepDownReason::AppUnhealthy {
+            self.app_handed_over(cx.now);
         }
         self.schedule.next_attempt = cx.now + self.jittered_retry(cx);
         self.schedule.watching = false;

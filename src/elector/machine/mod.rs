@@ -23,6 +23,7 @@
 //! - `leader.rs`: renewals, the deadline, step-downs, the successor, the release.
 //! - `candidacy.rs`: the own candidate record and what `/leader` shows about candidates.
 
+mod app;
 mod candidacy;
 mod follower;
 pub mod io;
@@ -157,6 +158,8 @@ pub struct Machine {
     said_wait: Option<Option<Wait>>,
     /// Shutdown arrived while a round was in flight.
     stopping: bool,
+    /// The app's health as leadership follows it (`lease.followApp`).
+    app: app::AppState,
     /// Commands not yet taken.
     commands: VecDeque<Command>,
 }
@@ -191,6 +194,7 @@ impl Machine {
             last_candidates: Vec::new(),
             said_wait: None,
             stopping: false,
+            app: app::AppState::default(),
             commands: VecDeque::new(),
         }
     }
@@ -206,7 +210,12 @@ impl Machine {
             Phase::Idle => Some(self.schedule.next_attempt),
             Phase::AwaitCopies { until } => Some(*until),
             Phase::AfterNotice { at } => Some(*at),
-            Phase::Leading(t) => Some(t.lease.deadline.min(t.next_renew)),
+            Phase::Leading(t) => Some(
+                t.lease
+                    .deadline
+                    .min(t.next_renew)
+                    .min(self.app.check_at.unwrap_or(t.next_renew)),
+            ),
             Phase::Renewing { term, .. } => Some(term.lease.deadline),
             _ => None,
         }
@@ -263,7 +272,7 @@ impl Machine {
     /// Feed one input.
     pub fn handle(&mut self, cx: &mut Cx<'_>, event: Event) {
         if self.phase == Phase::Done {
-            if let Event::StepDown(request) = event {
+            if let Event::StepDown(request, _) = event {
                 self.answer(request, StepDown::NotLeader);
             }
             return;
@@ -279,7 +288,7 @@ impl Machine {
         match event {
             Event::Standing(standing) => self.standing_changed(cx, standing),
             Event::Counting => self.counting(cx),
-            Event::StepDown(request) => self.step_down_requested(request),
+            Event::StepDown(request, reason) => self.step_down_requested(request, reason),
             Event::Shutdown => self.shutdown(),
             Event::Stall => self.stalled(),
             Event::Timer => self.timer(cx),
@@ -321,6 +330,9 @@ impl Machine {
             Phase::Idle if cx.now >= self.schedule.next_attempt => self.woken(cx),
             Phase::AwaitCopies { until } if cx.now >= until => self.attempt(cx, true),
             Phase::AfterNotice { at } if cx.now >= at => self.attempt(cx, false),
+            Phase::Leading(t) if self.app.check_at.is_some_and(|at| cx.now >= at) => {
+                self.app_check(cx, t)
+            }
             Phase::Leading(t) if cx.now >= t.next_renew => self.renew(cx, t),
             _ => {}
         }
@@ -341,6 +353,7 @@ impl Machine {
 
     fn standing_changed(&mut self, cx: &mut Cx<'_>, standing: Standing) {
         self.standing = standing;
+        self.app_health_changed(cx);
         // A follower refreshes its record at once (e.g. its pod became Ready, so it can be
         // named); elsewhere the next round writes it.
         if self.phase == Phase::Idle && self.gate(cx) {
@@ -365,10 +378,10 @@ impl Machine {
         }
     }
 
-    fn step_down_requested(&mut self, request: u64) {
+    fn step_down_requested(&mut self, request: u64, reason: StepDownReason) {
         match self.phase.clone() {
             Phase::Leading(t) | Phase::Renewing { term: t, .. } => {
-                self.end(t.lease, StepDownReason::Requested, None, Some(request))
+                self.end(t.lease, reason, None, Some(request))
             }
             _ => self.answer(request, StepDown::NotLeader),
         }

@@ -182,7 +182,9 @@ impl Sender {
                     StepDownReason::RenewalFailed | StepDownReason::Stalled => "Warning",
                     StepDownReason::Requested
                     | StepDownReason::Shutdown
-                    | StepDownReason::Preferred => "Normal",
+                    | StepDownReason::Preferred
+                    | StepDownReason::ChildExited => "Normal",
+                    StepDownReason::AppUnhealthy => "Warning",
                 };
                 Described {
                     reason: "LostLeadership",

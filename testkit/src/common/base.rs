@@ -69,3 +69,30 @@ pub fn wait_for<T>(
 pub fn report(what: &str, value: impl std::fmt::Display) {
     eprintln!("[figure] {what}: {value}");
 }
+
+/// Build the C source `src` (relative to the repository) with `cc` into `target/<profile>/out`,
+/// with these flags beside `-O2 -Wall -Werror`; the harness's small helpers in C (the clockshift
+/// library, the `run` tests' child). A panic that says how to install `cc` when it is missing.
+pub fn cc(src: &str, out: &str, flags: &[&str]) -> std::path::PathBuf {
+    let src = crate::repo().join(src);
+    let dir = crate::profile_dir();
+    // Built under a private name, then renamed: test binaries may build it concurrently.
+    let tmp = dir.join(format!("{out}.{}.tmp", std::process::id()));
+    let status = std::process::Command::new("cc")
+        .args(flags)
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run cc ({e}): the tests build {} with it. Install it with \
+                 `sudo apt-get install -y gcc` (or run ./scripts/test.sh, which does)",
+                src.display()
+            )
+        });
+    assert!(status.success(), "cc failed to build {}", src.display());
+    let out = dir.join(out);
+    std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("install {}: {e}", out.display()));
+    out
+}

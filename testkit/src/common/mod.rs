@@ -9,6 +9,7 @@
 
 mod base;
 mod http;
+mod lives;
 mod pki;
 mod redis;
 pub mod rollout;
@@ -16,6 +17,7 @@ mod sidecar;
 
 pub use base::*;
 pub use http::*;
+pub use lives::*;
 pub use pki::*;
 pub use redis::*;
 pub use sidecar::*;

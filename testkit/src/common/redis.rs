@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::base::{free_port, signal, tempdir, wait_for};
+use super::base::{cc, free_port, signal, tempdir, wait_for};
 use super::pki::Pki;
 
 /// `redis-server`, or a panic that says how to install it. Never a silent skip.
@@ -48,25 +48,11 @@ pub fn clockshift_lib() -> PathBuf {
     use std::sync::OnceLock;
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        let src = crate::repo().join("tests/clockshift/clockshift.c");
-        let dir = crate::profile_dir();
-        let out = dir.join("libclockshift.so");
-        // Built under a private name, then renamed: test binaries may build it concurrently.
-        let tmp = dir.join(format!("libclockshift.{}.so", std::process::id()));
-        let status = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .status()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run cc ({e}): the clock-jump tests build an LD_PRELOAD library with it. \
-                     Install it with `sudo apt-get install -y gcc` (or run ./scripts/test.sh, which does)"
-                )
-            });
-        assert!(status.success(), "cc failed to build {}", src.display());
-        std::fs::rename(&tmp, &out).expect("install libclockshift.so");
-        out
+        cc(
+            "tests/clockshift/clockshift.c",
+            "libclockshift.so",
+            &["-shared", "-fPIC"],
+        )
     })
     .clone()
 }

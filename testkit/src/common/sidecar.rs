@@ -35,6 +35,12 @@ pub struct View {
     /// Whether this sidecar's own candidate record says ready.
     #[serde(default)]
     pub candidate_ready: bool,
+    /// `lease.followApp`: this sidecar's app health, null when off.
+    #[serde(default)]
+    pub app_healthy: Option<bool>,
+    /// `lease.followApp`: other candidates whose apps are healthy, null when off.
+    #[serde(default)]
+    pub healthy_candidates: Option<u32>,
     /// Why a quorum does not count this sidecar's votes yet (`clock_watch`, ...).
     #[serde(default)]
     pub waiting_for: Option<String>,
@@ -265,6 +271,16 @@ impl Sidecar {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Wait up to `timeout` for an exit that comes by itself (`run`'s command ended); its code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let c = self.child.as_mut().expect("running");
+        let status = wait_for(timeout, Duration::from_millis(2), || {
+            c.try_wait().ok().flatten()
+        })?;
+        self.child = None;
+        status.code()
     }
 
     /// Send SIGTERM and wait for the exit; returns the exit code and how long it took.

@@ -7,7 +7,7 @@ use super::*;
 fn a_graceful_step_down_names_the_best_ready_candidate_from_a_fresh_read() {
     let mut b = Bench::new(Prefer::Newest);
     let lease = b.lead();
-    let out = b.feed(Event::StepDown(1));
+    let out = b.feed(Event::StepDown(1, StepDownReason::Requested));
     assert_eq!(ended(&out), Some(StepDownReason::Requested));
     assert!(matches!(out.last(), Some(Command::ReadCandidates { .. })));
     // The newest ready one; a newer one that is not ready is never named.

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::follower::FAST_RETRIES;
 use super::*;
 
+mod app;
 mod leader;
 use crate::config::Prefer;
 use crate::elector::{Preference, Standing, StepDown, StepDownReason, Timing};
@@ -36,6 +37,7 @@ fn preference(prefer: Prefer) -> Preference {
         settle: Duration::from_secs(5),
         grace: GRACE,
         name_successor: true,
+        follow_app: None,
     }
 }
 
@@ -70,6 +72,7 @@ impl Bench {
             created: 100,
             ready: true,
             known: true,
+            app_healthy: true,
         };
         let timing = Timing::new(TTL, Duration::from_secs(3), Duration::from_secs(1));
         let m = Machine::new("me".into(), timing, preference(prefer), standing, 2, now);
@@ -357,7 +360,7 @@ fn a_follower_acts_at_once_when_a_quorum_counts_sooner_than_its_watch_said() {
 fn a_step_down_request_to_a_follower_is_answered_at_once() {
     let mut b = Bench::new(Prefer::None);
     b.follow("old");
-    let out = b.feed(Event::StepDown(4));
+    let out = b.feed(Event::StepDown(4, StepDownReason::Requested));
     assert_eq!(
         out,
         [Command::Answer {
