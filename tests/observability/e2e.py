@@ -206,15 +206,17 @@ class Redis(Proc):
 
 
 class Sidecar(Proc):
-    def __init__(self, identity: str, binary: str, redis: list[Redis], logdir: Path):
+    def __init__(self, identity: str, binary: str, redis: list[Redis], logdir: Path,
+                 lease: str = LEASE, extra: list[str] | None = None):
         self.identity = identity
         self.api, self.ops = free_port(), free_port()
-        argv = [binary, "--lease", LEASE, "--identity", identity, "--ttl", f"{TTL:g}s",
+        argv = [binary, "--lease", lease, "--identity", identity, "--ttl", f"{TTL:g}s",
                 "--retry-every", RETRY, "--api-listen", f"127.0.0.1:{self.api}",
                 "--ops-listen", f"127.0.0.1:{self.ops}", "--kubernetes", "false",
                 "--log-format", "json"]
         for r in redis:
             argv += ["--redis", f"redis://{r.endpoint}"]
+        argv += extra or []
         super().__init__(identity, argv, logdir)
 
     def start(self) -> "Sidecar":
@@ -361,13 +363,17 @@ def scenario(args, tmp: Path) -> None:
     split_redis = Redis("redis-split", tmp).start()
     sidecars = [Sidecar(f"s{i}", args.binary, redis, tmp) for i in range(1, 4)]
     split = Sidecar("split", args.binary, [split_redis], tmp)
+    # Alone on a lease of its own, following an app whose health URL refuses every probe.
+    sick = Sidecar("sick", args.binary, [split_redis], tmp, lease="e2e-sick-app",
+                   extra=["--follow-app", "true", "--app-health-url", f"http://127.0.0.1:{free_port()}/healthz",
+                          "--app-health-interval", "200ms", "--app-unhealthy-grace", "1s"])
 
     # Prometheus: scraped like the chart's PodMonitor does it (namespace and pod target labels,
     # the operator's `endpoint` target label dropped by the same relabeling).
     prom_port = free_port()
     targets = [{"targets": [f"127.0.0.1:{s.ops}"],
                 "labels": {"namespace": NAMESPACE, "pod": s.identity, "endpoint": "ops"}}
-               for s in sidecars + [split]]
+               for s in sidecars + [split, sick]]
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
         "rule_files": [str(ALERTS)],
@@ -444,6 +450,18 @@ def scenario(args, tmp: Path) -> None:
           "MultipleLeaders is pending (fires after its for: 1m)")
     split.stop(signal.SIGTERM)
     event("2nd group stopped")
+
+    # ---- 3b. a leader whose app is unhealthy, with no healthy candidate (lease.followApp) -----
+    sick.start()
+    event("a sidecar alone on its lease, its app unhealthy")
+    sick_expr = rules["RedlockElectorLeaderAppUnhealthy"]["expr"]
+    res = wait(20, lambda: [r["metric"].get("pod") for r in prom.query(sick_expr)])
+    check(res == ["sick"], f"LeaderAppUnhealthy expression true for the leader keeping the lease: {res}")
+    view = sick.view() or {}
+    check(view.get("is_leader") and view.get("app_healthy") is False and view.get("healthy_candidates") == 0,
+          f"/leader: it keeps the lease and says why: {view}")
+    sick.stop(signal.SIGTERM)
+    event("the sick-app sidecar stopped")
     check(bool(wait(10, lambda: not prom.values(multi))), "MultipleLeaders expression clears after the second group stops")
 
     # ---- 4. flapping: repeated step-downs ---------------------------------------------------
