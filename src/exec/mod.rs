@@ -209,19 +209,16 @@ impl Runner {
                         return code;
                     }
                 }
-                _ = term_sig.recv() => {
-                    tracing::info!("SIGTERM received");
-                    stopping = true;
-                    match running.as_mut() {
-                        Some(r) => r.stop(libc::SIGTERM).await,
-                        None => return 0,
+                sig = async {
+                    tokio::select! {
+                        _ = term_sig.recv() => libc::SIGTERM,
+                        _ = int_sig.recv() => libc::SIGINT,
                     }
-                }
-                _ = int_sig.recv() => {
-                    tracing::info!("SIGINT received");
+                } => {
+                    tracing::info!(signal = sig, "stop signal received: passing it to the command");
                     stopping = true;
                     match running.as_mut() {
-                        Some(r) => r.stop(libc::SIGINT).await,
+                        Some(r) => r.stop(sig).await,
                         None => return 0,
                     }
                 }

@@ -59,6 +59,28 @@ fn no_overlap(file: &Path, what: &str) {
     }
 }
 
+/// Two `run` processes ("a", "b") on three fresh nodes, their commands in `mode`; the nodes,
+/// the directory and the file of the commands' records, and the processes.
+fn two_runs(
+    mode: &str,
+    before: &[&str],
+) -> (
+    Vec<Redis>,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Vec<Sidecar>,
+) {
+    let nodes = redis_cluster(3, TTL);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let dir = tempdir();
+    let file = dir.path().join("lives");
+    let runs = ["a", "b"]
+        .iter()
+        .map(|id| Sidecar::start(id, &refs, &run_opts(&file, id, mode, before)))
+        .collect();
+    (nodes, dir, file, runs)
+}
+
 fn position(runs: &[Sidecar], id: &str) -> usize {
     runs.iter()
         .position(|s| s.identity == id)
@@ -143,14 +165,7 @@ fn commands_never_overlap_through_signals_and_redis_faults() {
 
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_before_the_lease_passes() {
-    let nodes = redis_cluster(3, TTL);
-    let refs: Vec<&Redis> = nodes.iter().collect();
-    let dir = tempdir();
-    let file = dir.path().join("lives");
-    let mut runs: Vec<Sidecar> = ["a", "b"]
-        .iter()
-        .map(|id| Sidecar::start(id, &refs, &run_opts(&file, id, "ignore", &[])))
-        .collect();
+    let (_nodes, _dir, file, mut runs) = two_runs("ignore", &[]);
     let leader = wait_children(&file, 1, Duration::from_secs(15));
     let i = position(&runs, &leader);
     let (code, took) = runs[i].terminate();
@@ -177,14 +192,7 @@ fn a_command_that_ignores_sigterm_is_killed_before_the_lease_passes() {
 
 #[test]
 fn a_command_that_exits_by_itself_ends_the_term_at_once() {
-    let nodes = redis_cluster(3, TTL);
-    let refs: Vec<&Redis> = nodes.iter().collect();
-    let dir = tempdir();
-    let file = dir.path().join("lives");
-    let mut runs: Vec<Sidecar> = ["a", "b"]
-        .iter()
-        .map(|id| Sidecar::start(id, &refs, &run_opts(&file, id, "exit:300", &[])))
-        .collect();
+    let (_nodes, _dir, file, mut runs) = two_runs("exit:300", &[]);
     let first = wait_children(&file, 1, Duration::from_secs(15));
     let i = position(&runs, &first);
     // `run.onChildExit: exit` (the default): `run` exits with the command's status.
@@ -211,14 +219,7 @@ fn a_command_that_exits_by_itself_ends_the_term_at_once() {
 /// A leader's sidecar paused for two ttls while its command runs: the overlaps the checker
 /// finds in the commands' records.
 fn paused_sidecar(before: &[&str]) -> (Vec<Overlap>, Vec<Life>) {
-    let nodes = redis_cluster(3, TTL);
-    let refs: Vec<&Redis> = nodes.iter().collect();
-    let dir = tempdir();
-    let file = dir.path().join("lives");
-    let runs: Vec<Sidecar> = ["a", "b"]
-        .iter()
-        .map(|id| Sidecar::start(id, &refs, &run_opts(&file, id, "term", before)))
-        .collect();
+    let (_nodes, _dir, file, runs) = two_runs("term", before);
     let leader = wait_children(&file, 1, Duration::from_secs(15));
     let i = position(&runs, &leader);
     runs[i].signal("STOP");
