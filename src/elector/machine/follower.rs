@@ -95,6 +95,11 @@ impl Machine {
     /// A release notice: the holder released. Wait for the moment to attempt: at once if named,
     /// after the grace if someone else is, after a little jitter otherwise.
     pub(super) fn notice(&mut self, cx: &mut Cx<'_>, successor: Option<String>, copies: usize) {
+        // Named after `run`'s command exited: the new leader's choice ends the cool-down (else
+        // the lease waits out the grace for the others).
+        if self.schedule.cooldown_named_ends && successor.as_deref() == Some(&self.identity) {
+            self.schedule.cooldown_until = None;
+        }
         if !self.waiting() || !self.gate(cx) {
             return;
         }

@@ -208,6 +208,7 @@ impl Machine {
         }
         if StepDownRequest::cools_down(ending.reason) {
             self.schedule.cooldown_until = Some(cx.now + self.timing.ttl);
+            self.schedule.cooldown_named_ends = ending.reason == StepDownReason::ChildExited;
         }
         if ending.reason == StepDownReason::AppUnhealthy {
             self.app_handed_over(cx.now);

@@ -123,6 +123,9 @@ struct Schedule {
     fast_streak: u32,
     /// Until when a requested step-down keeps this sidecar from contending.
     cooldown_until: Option<Instant>,
+    /// A release notice naming this sidecar ends the cool-down: after `run`'s command exited
+    /// (the next leader's choice to name it back stands), not after a requested step-down.
+    cooldown_named_ends: bool,
     /// Start of the current failover gap (for `acquire_wait`).
     free_since: Option<Instant>,
     /// When this sidecar started.
@@ -185,6 +188,7 @@ impl Machine {
                 next_attempt: now,
                 fast_streak: 0,
                 cooldown_until: None,
+                cooldown_named_ends: false,
                 free_since: None,
                 started: now,
                 watching: false,

@@ -211,3 +211,29 @@ fn a_shutdown_during_an_attempt_releases_a_won_lease_at_once() {
     assert!(release(&out).is_none());
     assert!(b.m.done());
 }
+
+#[test]
+fn a_notice_naming_it_ends_the_cool_down_after_a_child_exit_but_not_after_a_requested_step_down() {
+    for (reason, named_ends) in [
+        (StepDownReason::ChildExited, true),
+        (StepDownReason::Requested, false),
+    ] {
+        let mut b = Bench::new(Prefer::None);
+        b.lead();
+        b.feed(Event::StepDown(1, reason));
+        let out = b.feed(Event::Candidates(Some(vec![candidate("other", 50, Some(MS))])));
+        assert_eq!(release(&out), Some(Some("other".into())), "{out:?}");
+        b.feed(Event::Released);
+        // The other leads, then releases naming this sidecar, within the cool-down.
+        b.advance(Duration::from_millis(300));
+        let out = b.feed(Event::Notice {
+            successor: Some("me".into()),
+            copies: 2,
+        });
+        assert_eq!(
+            attempts(&out),
+            if named_ends { vec![true] } else { vec![] },
+            "{reason:?}: {out:?}"
+        );
+    }
+}
