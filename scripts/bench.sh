@@ -57,4 +57,9 @@ if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",real-node,"* ]]; 
   scripts/control-plane.sh build > /dev/null
   cargo test --locked --release --test suite -- --ignored --nocapture --test-threads=1 \
     cp_real_node_endpoint_switch_after_deleting_the_leader 2>&1 | grep -E '^\[figure\]|^test result' >&2
+  # lease.followApp on the real node: an exec readiness probe fails, every app fails, an app
+  # crash-loops (the test CI runs too; its figures: probe -> not ready -> handover, the Service).
+  echo "== Leadership follows the app, real node (readiness probe, crash loop)" >&2
+  cargo test --locked --release --test suite -- --nocapture --test-threads=1 \
+    cp_real_node_leadership_follows_the_app 2>&1 | grep -E '^\[figure\]|^test result' >&2
 fi

@@ -284,7 +284,7 @@ fn start_pod_poller(
         return watch::channel(elector::Standing::fixed()).1;
     };
     let (tx, rx) = watch::channel(elector::Standing::unknown());
-    tasks.spawn(k8s::poll_pod(
+    tasks.spawn(k8s::follow_pod(
         settings.clone(),
         metrics.clone(),
         tx,

@@ -10,9 +10,9 @@ use crate::metrics::Metrics;
 /// Upper bound of one API request; an answer slower than this counts as a failure.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Every `verb` label of `redlock_elector_kube_requests_total`: pods get, list and patch,
+/// Every `verb` label of `redlock_elector_kube_requests_total`: pods get, watch, list and patch,
 /// events create (the calls of `standing.rs` and of `publish::k8s`'s `pods.rs` and `events.rs`).
-pub const VERBS: [&str; 4] = ["get", "list", "patch", "create"];
+pub const VERBS: [&str; 5] = ["get", "watch", "list", "patch", "create"];
 
 /// Every `result` label: `ok`, each [`CallError::metric_label`], and `cancelled` (see
 /// `Counted`). The publisher creates every verb × result series at 0 when it starts.

@@ -1,7 +1,7 @@
 //! The Kubernetes client side the sidecar shares between an input and a consumer of the
 //! election:
 //! - [`standing`]: the own pod's standing as a candidate (revision, creation time, Ready), read
-//!   by [`poll_pod`] and given to the elector as an input that `run` declares;
+//!   by [`follow_pod`] and given to the elector as an input that `run` declares;
 //! - [`crate::publish::k8s`]: the pod label, the fencing-token annotation and Events, which only
 //!   read the elector's leadership.
 //!
@@ -22,7 +22,7 @@ pub mod call;
 pub mod standing;
 
 pub use call::CallError;
-pub use standing::{Apps, POD_POLL, poll_pod, standing_of};
+pub use standing::{Apps, POD_POLL, follow_pod, standing_of};
 
 /// How long the client waits for a TCP (and TLS) connection to the API server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -1,5 +1,6 @@
-//! The own pod's standing as a candidate (revision, creation time, Ready condition), read by a
-//! GET every [`POD_POLL`] and published to the elector.
+//! The own pod's standing as a candidate (revision, creation time, Ready condition, the app
+//! containers' health), followed by a GET and a watch of the own pod ([`follow_pod`]), and
+//! published to the elector.
 
 use std::time::Duration;
 
@@ -54,7 +55,7 @@ impl Standing {
     }
 }
 
-/// How often [`poll_pod`] reads the own pod's Ready condition.
+/// How often [`follow_pod`] reads the own pod when it cannot watch it.
 pub const POD_POLL: Duration = Duration::from_secs(2);
 
 /// While the own pod is not Ready yet, for at most [`FAST_POLL_FOR`] after the start, it is read
@@ -168,11 +169,18 @@ pub fn standing_of(pod: &Pod, apps: &Apps) -> Standing {
     }
 }
 
-/// Read the own pod every [`POD_POLL`] and publish its standing, until `stop` is cancelled.
+/// Follow the own pod and publish its standing, until `stop` is cancelled: a GET, then a watch
+/// of that one pod from the GET's resource version, so that a change (an app container's
+/// readiness, a restart) arrives within the API server's watch latency instead of the next poll.
+/// When the watch ends it reads again and watches again. If the API server refuses the watch
+/// (an older Role without `watch`, a proxy that cuts streams), it polls every [`POD_POLL`], as
+/// before the watch: the API server never serves more than one request per pod per
+/// [`POD_POLL`] on average, and one long-lived stream when the watch works.
+///
 /// Until the first read the standing stays unknown (never a ready candidate); after a failed
 /// read the last one stays, except that readiness is dropped after `READY_FAILURES` failures
 /// in a row.
-pub async fn poll_pod(
+pub async fn follow_pod(
     settings: Settings,
     metrics: Metrics,
     tx: watch::Sender<Standing>,
@@ -181,6 +189,7 @@ pub async fn poll_pod(
     let mut failures = 0u32;
     let mut restarts: Option<i64> = None;
     let mut api: Option<Api<Pod>> = None;
+    let mut watch_refused = 0u32;
     let started = tokio::time::Instant::now();
     loop {
         if api.is_none() {
@@ -196,23 +205,18 @@ pub async fn poll_pod(
                 }
             }
         }
+        let mut version = None;
         if let Some(api) = &api {
             match call(&metrics, "get", api.get(&settings.pod)).await {
                 Ok(pod) => {
                     failures = 0;
-                    let mut next = standing_of(&pod, &settings.apps);
-                    // An app container that restarted since the last read was down meanwhile.
-                    let now = app_restarts(&pod, &settings.apps);
-                    if restarts.is_some_and(|before| now > before) {
-                        next.app_healthy = false;
-                    }
-                    restarts = Some(now);
-                    publish(&tx, next);
+                    version = pod.metadata.resource_version.clone();
+                    take(&tx, &settings.apps, &mut restarts, &pod);
                 }
                 Err(e) => {
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(10) {
-                        tracing::warn!(error = %e, failures, "cannot read the own pod's Ready condition (the election is not affected)");
+                        tracing::warn!(error = %e, failures, "cannot read the own pod (the election is not affected)");
                     }
                     if failures >= READY_FAILURES {
                         tx.send_if_modified(|s| std::mem::replace(&mut s.ready, false));
@@ -220,12 +224,112 @@ pub async fn poll_pod(
                 }
             }
         }
+        let mut waited = Duration::ZERO;
+        if let (Some(api), Some(version)) = (&api, version) {
+            let t0 = tokio::time::Instant::now();
+            match watch_pod(
+                api,
+                &settings,
+                &metrics,
+                &version,
+                &tx,
+                &mut restarts,
+                &stop,
+            )
+            .await
+            {
+                WatchEnd::Stopped => return,
+                WatchEnd::Ended => watch_refused = 0,
+                WatchEnd::Refused(e) => {
+                    watch_refused += 1;
+                    if watch_refused == 1 || watch_refused.is_multiple_of(100) {
+                        tracing::warn!(error = %e, "cannot watch the own pod: reading it every {POD_POLL:?} instead (grant the Role `watch` on pods)");
+                    }
+                }
+            }
+            waited = t0.elapsed();
+        }
+        // A watch that ended early, or none: the next read comes a poll period after this one.
         let fast = !tx.borrow().ready && started.elapsed() < FAST_POLL_FOR;
+        let period = if fast { FAST_POLL } else { POD_POLL };
         tokio::select! {
-            _ = tokio::time::sleep(if fast { FAST_POLL } else { POD_POLL }) => {}
+            _ = tokio::time::sleep(period.saturating_sub(waited)) => {}
             _ = stop.cancelled() => return,
         }
     }
+}
+
+/// How a watch of the own pod ended.
+enum WatchEnd {
+    /// `stop` was cancelled.
+    Stopped,
+    /// It ran and ended (the server's timeout, a dropped stream, an expired version): read again.
+    Ended,
+    /// The API server refused it or answered with no stream.
+    Refused(String),
+}
+
+/// The server-side bound of one watch request (kube's client allows up to 295 s); the client's
+/// own bound is a little longer, so that a stream stalled without a close still ends.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Watch the own pod from `version`, publishing each change, until the watch ends.
+async fn watch_pod(
+    api: &Api<Pod>,
+    settings: &Settings,
+    metrics: &Metrics,
+    version: &str,
+    tx: &watch::Sender<Standing>,
+    restarts: &mut Option<i64>,
+    stop: &CancellationToken,
+) -> WatchEnd {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={}", settings.pod))
+        .timeout(WATCH_TIMEOUT.as_secs() as u32);
+    let stream = match call(metrics, "watch", api.watch(&params, version)).await {
+        Ok(s) => s,
+        Err(e) => return WatchEnd::Refused(e.to_string()),
+    };
+    let mut stream = std::pin::pin!(stream);
+    let deadline = tokio::time::sleep(WATCH_TIMEOUT + Duration::from_secs(15));
+    let mut deadline = std::pin::pin!(deadline);
+    let mut events = 0u64;
+    loop {
+        let next = tokio::select! {
+            n = stream.next() => n,
+            _ = &mut deadline => return WatchEnd::Ended,
+            _ = stop.cancelled() => return WatchEnd::Stopped,
+        };
+        match next {
+            Some(Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod))) => {
+                events += 1;
+                take(tx, &settings.apps, restarts, &pod);
+            }
+            Some(Ok(WatchEvent::Bookmark(_))) => events += 1,
+            // The pod is gone (it is being deleted), or the version expired: read again.
+            Some(Ok(WatchEvent::Deleted(_) | WatchEvent::Error(_))) | None => {
+                return WatchEnd::Ended;
+            }
+            // Not a watch stream at all (nothing arrived yet), or a broken one.
+            Some(Err(e)) if events == 0 => return WatchEnd::Refused(e.to_string()),
+            Some(Err(_)) => return WatchEnd::Ended,
+        }
+    }
+}
+
+/// A fresh view of the own pod: its standing, with an app restart since the last view counted
+/// as unhealthy.
+fn take(tx: &watch::Sender<Standing>, apps: &Apps, restarts: &mut Option<i64>, pod: &Pod) {
+    let mut next = standing_of(pod, apps);
+    // An app container that restarted since the last read was down meanwhile.
+    let now = app_restarts(pod, apps);
+    if restarts.is_some_and(|before| now > before) {
+        next.app_healthy = false;
+    }
+    *restarts = Some(now);
+    publish(tx, next);
 }
 
 /// Publish a fresh read. Rank (revision, creation) is taken from the first read only: a label

@@ -181,10 +181,15 @@ fn cp_a_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
     assert_eq!(rule["resources"], serde_json::json!(["pods"]), "{original}");
     assert_eq!(
         rule["verbs"],
-        serde_json::json!(["get", "list", "patch"]),
+        serde_json::json!(["get", "watch", "list", "patch"]),
         "{original}"
     );
-    patch_role_verbs(&cp, &rel, &role, &serde_json::json!(["get", "patch"]));
+    patch_role_verbs(
+        &cp,
+        &rel,
+        &role,
+        &serde_json::json!(["get", "watch", "patch"]),
+    );
     let second = rel.kill_leader(&first, "the election goes on without the verb");
     let pod = rel.kubelet.pod(&second);
     let said = wait_for(Duration::from_secs(15), Duration::from_millis(100), || {

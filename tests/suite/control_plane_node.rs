@@ -32,6 +32,7 @@ use cluster::release::{labelled_leaders, watch_roles};
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::ListParams;
 
@@ -97,6 +98,18 @@ impl RealNode {
     /// (`pullPolicy: Never`: nothing is pulled), the redis endpoints, and an app container
     /// (static busybox) that logs its start and its SIGTERM and exits on it.
     fn install(&self, replicas: u32) {
+        self.install_with(
+            replicas,
+            "",
+            "  command: [sh, -c, 'trap \"echo app: SIGTERM; exit 0\" TERM; echo app: started; \
+             while true; do sleep 1 & wait $!; done']\n",
+            "",
+        );
+    }
+
+    /// [`RealNode::install`] with `config` added under `config:` (2-space indented lines), `app`
+    /// under `app:` (the image is set here) and `workload` under `workload:`.
+    fn install_with(&self, replicas: u32, config: &str, app: &str, workload: &str) {
         let image = sidecar_image();
         let (bb_repo, bb_tag) = BUSYBOX.rsplit_once(':').unwrap();
         let eps: Vec<String> = self
@@ -108,11 +121,9 @@ impl RealNode {
             &self.values,
             format!(
                 "image:\n  repository: {}\n  tag: \"{}\"\n  pullPolicy: Never\n\
-                 workload:\n  replicas: {replicas}\n\
-                 config:\n  redis:\n    endpoints:\n{}\n\
-                 app:\n  image:\n    repository: {bb_repo}\n    tag: \"{bb_tag}\"\n    pullPolicy: Never\n\
-                 \x20 command: [sh, -c, 'trap \"echo app: SIGTERM; exit 0\" TERM; echo app: started; \
-                 while true; do sleep 1 & wait $!; done']\n\
+                 workload:\n  replicas: {replicas}\n{workload}\
+                 config:\n  redis:\n    endpoints:\n{}\n{config}\
+                 app:\n  image:\n    repository: {bb_repo}\n    tag: \"{bb_tag}\"\n    pullPolicy: Never\n{app}\
                  \x20 ports:\n    - name: http\n      containerPort: 8080\n",
                 image.repository(),
                 image.tag(),
@@ -767,6 +778,271 @@ fn cp_real_node_endpoint_switch_after_deleting_the_leader() {
     report(
         "real node: kubectl delete pod of the leader -> another sidecar leads, p50",
         format!("{:?}", pct(&handovers, 0.5)),
+    );
+}
+
+/// The app container's (`APP`) host pid, while it runs.
+fn app_pid(cp: &ControlPlane, pod: &Pod) -> Option<u32> {
+    let c = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == APP)?;
+    c.state.as_ref()?.running.as_ref()?;
+    cp.container_pid(c.container_id.as_deref()?)
+}
+
+/// Whether the kubelet has the app container ready.
+fn app_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == APP))
+        .is_some_and(|c| c.ready)
+}
+
+/// A file in the app container's `/state` volume (an emptyDir: it outlives container
+/// restarts), made or removed from the host through `/proc/PID/root`.
+fn app_state_file(cp: &ControlPlane, pod: &Pod, file: &str, present: bool) {
+    let pid = app_pid(cp, pod).unwrap_or_else(|| panic!("{}: the app is not running", name(pod)));
+    let path = format!("/proc/{pid}/root/state/{file}");
+    if present {
+        std::fs::write(&path, "").unwrap_or_else(|e| panic!("{path}: {e}"));
+    } else {
+        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+}
+
+/// Each term, from the sidecars' own logs: (pod, token, "became leader" time, "lost leadership"
+/// time if logged), by the container runtime's timestamps of the lines.
+fn terms_from_logs(rn: &RealNode) -> Vec<(String, u64, Timestamp, Option<Timestamp>)> {
+    let token = |l: &str| -> u64 {
+        let t = l.split("\"token\":").nth(1).expect("a token field");
+        t.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap()
+    };
+    let mut terms = vec![];
+    for p in rn.pods() {
+        let n = name(&p);
+        let mut open: Option<(u64, Timestamp)> = None;
+        for l in rn.cp.pod_log(&rn.ns, &n, SIDECAR).lines() {
+            let Some(at) = l.split_whitespace().next().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            if l.contains("\"became leader\"") {
+                open = Some((token(l), at));
+            } else if l.contains("\"lost leadership\"")
+                && let Some((tok, from)) = open.take()
+            {
+                terms.push((n.clone(), tok, from, Some(at)));
+            }
+        }
+        if let Some((tok, from)) = open {
+            terms.push((n, tok, from, None));
+        }
+    }
+    terms.sort_by_key(|t| t.2);
+    terms
+}
+
+/// Health-gated leadership on the real node (issue 36; `lease.followApp`, on in the chart):
+/// three pods whose app container has an exec readiness probe on `/state/ready`, grace 2 s.
+/// - the leader's app fails its probe (the test removes the file): another pod leads, and the
+///   label and the leader Service's EndpointSlice follow it (figures: probe to not ready, not
+///   ready to the handover);
+/// - every app fails: one leader remains, and says that no candidate is healthy;
+/// - the leader's app crash-loops (exit 1 at every start): it hands over, and does not lead
+///   again while the others are healthy;
+/// - by the sidecars' own logs, no two terms overlap and the tokens increase.
+#[test]
+fn cp_real_node_leadership_follows_the_app() {
+    const GRACE: Duration = Duration::from_secs(2);
+    let rn = RealNode::up();
+    rn.install_with(
+        3,
+        "  app:\n    unhealthyGrace: 2s\n",
+        "  command: [sh, -c, 'trap \"exit 0\" TERM; if [ -e /state/crash ]; then echo app: crashing; exit 1; fi; \
+         touch /state/ready; echo app: started; while true; do sleep 1 & wait $!; done']\n\
+         \x20 readinessProbe:\n    exec:\n      command: [sh, -c, 'test -e /state/ready']\n    periodSeconds: 1\n    failureThreshold: 1\n\
+         \x20 volumeMounts:\n    - name: state\n      mountPath: /state\n",
+        "  volumes:\n    - name: state\n      emptyDir: {}\n",
+    );
+    let cp = &rn.cp;
+    let first = rn.settled(3, Duration::from_secs(120));
+    rn.slice_lists_only(&first, Duration::from_secs(30));
+    let view = rn.view(&rn.pod(&first)).unwrap();
+    assert_eq!(
+        (
+            view.app_healthy,
+            view.leader_app_healthy,
+            view.healthy_candidates
+        ),
+        (Some(true), Some(true), Some(2)),
+        "{view:?}"
+    );
+
+    // (1) The leader's app fails its readiness probe.
+    let t0 = Instant::now();
+    app_state_file(cp, &rn.pod(&first), "ready", false);
+    let not_ready = wait_for(Duration::from_secs(30), Duration::from_millis(10), || {
+        (!app_ready(&rn.pod(&first))).then(Instant::now)
+    })
+    .expect("the kubelet marks the app container not ready");
+    let moved = wait_for(
+        GRACE + Duration::from_secs(30),
+        Duration::from_millis(5),
+        || {
+            let v = rn.view(&rn.pod(&first))?;
+            (!v.is_leader).then(Instant::now)
+        },
+    )
+    .unwrap_or_else(|| panic!("the unhealthy leader kept the lease:\n{}", rn.logs()));
+    let second = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+        rn.sidecar_leader().filter(|l| *l != first)
+    })
+    .expect("another pod leads");
+    report(
+        "real node: readiness probe fails (file removed) -> the kubelet marks the app not ready",
+        format!("{:?}", not_ready - t0),
+    );
+    report(
+        "real node: app not ready -> its sidecar hands over (grace 2 s; target: within grace + 1 s)",
+        format!("{:?}", moved - not_ready),
+    );
+    assert!(
+        moved - not_ready >= GRACE - Duration::from_millis(200),
+        "handed over before the grace: {:?}",
+        moved - not_ready
+    );
+    let slice = rn.slice_lists_only(&second, Duration::from_secs(30));
+    report(
+        "real node: app not ready -> the leader Service lists only the new leader",
+        format!("{:?}", slice - not_ready),
+    );
+    assert_eq!(labelled_leaders(cp, &rn.ns), std::slice::from_ref(&second));
+    let view = rn.view(&rn.pod(&second)).unwrap();
+    assert_eq!(view.app_healthy, Some(true), "{view:?}");
+    assert!(
+        rn.logs().contains("app-unhealthy") || rn.logs().contains("app_unhealthy"),
+        "the reason is logged"
+    );
+
+    // (2) Every app fails: some leader beats no leader.
+    for p in rn.live() {
+        if app_ready(&p) {
+            app_state_file(cp, &p, "ready", false);
+        }
+    }
+    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+        rn.live()
+            .iter()
+            .all(|p| rn.view(p).is_some_and(|v| v.app_healthy == Some(false)))
+            .then_some(())
+    })
+    .expect("every sidecar sees its app unhealthy");
+    let until = Instant::now() + GRACE * 3;
+    let mut samples = 0;
+    while Instant::now() < until {
+        let l = rn
+            .sidecar_leader()
+            .unwrap_or_else(|| panic!("no single leader with every app unhealthy:\n{}", rn.logs()));
+        assert_eq!(l, second, "the leader moved although no app is healthy");
+        samples += 1;
+    }
+    let view = rn.view(&rn.pod(&second)).unwrap();
+    assert_eq!(
+        (view.is_leader, view.app_healthy, view.healthy_candidates),
+        (true, Some(false), Some(0)),
+        "{view:?}"
+    );
+    report(
+        "real node: every app unhealthy for 3 x grace -> still one leader (samples)",
+        samples,
+    );
+    for p in rn.live() {
+        app_state_file(cp, &p, "ready", true);
+    }
+    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+        rn.live()
+            .iter()
+            .all(|p| rn.view(p).is_some_and(|v| v.app_healthy == Some(true)))
+            .then_some(())
+    })
+    .expect("every app healthy again");
+
+    // (3) The leader's app crash-loops: exit 1 at every start.
+    let crashing = rn.sidecar_leader().expect("one leader");
+    let pod = rn.pod(&crashing);
+    app_state_file(cp, &pod, "crash", true);
+    let t0 = Instant::now();
+    signal(app_pid(cp, &pod).unwrap(), "TERM");
+    let moved = wait_for(
+        GRACE + Duration::from_secs(30),
+        Duration::from_millis(5),
+        || {
+            let v = rn.view(&rn.pod(&crashing))?;
+            (!v.is_leader).then(Instant::now)
+        },
+    )
+    .unwrap_or_else(|| panic!("the crash-looping pod kept the lease:\n{}", rn.logs()));
+    report(
+        "real node: app container exits (then crash-loops) -> its sidecar hands over (grace 2 s)",
+        format!("{:?}", moved - t0),
+    );
+    assert!(
+        moved - t0 < GRACE + Duration::from_secs(10),
+        "held the lease {:?} after its app went down",
+        moved - t0
+    );
+    // It never leads again while the others are healthy (30 s: at least two crash restarts).
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        let v = rn.view(&rn.pod(&crashing));
+        assert!(
+            !v.as_ref().is_some_and(|v| v.is_leader),
+            "the crash-looping pod leads again: {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let restarts = rn
+        .pod(&crashing)
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|cs| cs.into_iter().find(|c| c.name == APP))
+        .map_or(0, |c| c.restart_count);
+    assert!(
+        restarts >= 2,
+        "the app did not crash-loop: {restarts} restarts"
+    );
+    assert!(cp.pod_log(&rn.ns, &crashing, APP).contains("app: crashing"));
+    report(
+        "real node: app restarts while crash-looping, 30 s watched",
+        restarts,
+    );
+    let leader = rn.sidecar_leader().expect("one leader");
+    assert_ne!(leader, crashing);
+    rn.slice_lists_only(&leader, Duration::from_secs(30));
+
+    // S1 and S2 by the sidecars' own logs.
+    let terms = terms_from_logs(&rn);
+    assert!(terms.len() >= 3, "{terms:?}");
+    for w in terms.windows(2) {
+        let ((a, ta, _, end), (b, tb, start, _)) = (&w[0], &w[1]);
+        let end = end.unwrap_or_else(|| panic!("{a}'s term {ta} never ended but {b} led"));
+        assert!(
+            end < *start,
+            "terms overlap: {a} until {end}, {b} from {start}"
+        );
+        assert!(tb > ta, "tokens do not increase: {ta} then {tb}");
+    }
+    report(
+        "real node: terms checked by the sidecars' logs, 0 overlaps",
+        terms.len(),
     );
 }
 

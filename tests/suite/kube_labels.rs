@@ -672,10 +672,16 @@ fn rbac_checker_rejects_what_the_role_does_not_grant() {
     assert!(!ok("GET", "/api/v1/namespaces/ns1/secrets/x"));
     assert!(!ok("PATCH", "/api/v1/namespaces/ns1/pods/pod-a/status"));
     let watch: BTreeMap<String, String> = [("watch".to_string(), "true".to_string())].into();
-    assert!(!allowed(
+    // A watch of pods (the sidecar follows its own pod), but not of Events.
+    assert!(allowed(
         &rules,
         NS,
         &access("GET", "/api/v1/namespaces/ns1/pods", &watch)
+    ));
+    assert!(!allowed(
+        &rules,
+        NS,
+        &access("GET", "/api/v1/namespaces/ns1/events", &watch)
     ));
 }
 

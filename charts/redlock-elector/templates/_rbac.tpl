@@ -1,6 +1,7 @@
 {{/*
 RBAC for the sidecar: exactly what the binary uses, in its own namespace only.
-- pods get/list/patch: label its own pod, find and demote a stale leader of the same lease;
+- pods get/watch/list/patch: follow its own pod (app health, readiness), label it, find and
+  demote a stale leader of the same lease;
 - events create (core/v1): one leadership Event per change (never aggregated, so no patch).
 tests/packaging/expected-rbac.yaml holds the same rules; the packaging tests compare them.
 Argument: the context dict.
@@ -8,7 +9,7 @@ Argument: the context dict.
 {{- define "redlock-elector.roleRules" -}}
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "patch"]
+  verbs: ["get", "watch", "list", "patch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]

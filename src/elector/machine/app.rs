@@ -18,8 +18,7 @@ use tokio::time::Instant;
 
 use super::io::Cx;
 use super::{Leading, Machine};
-use crate::leadership::StepDownReason;
-use crate::redlock::candidates;
+use crate::redlock::candidates::{self, Candidate};
 
 /// What the machine keeps about the app's health.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -33,6 +32,8 @@ pub(super) struct AppState {
     /// The leader keeps the lease with its app unhealthy, for want of a healthy candidate
     /// (logged once per spell).
     pub(super) kept: bool,
+    /// The grace is over: each renewal's fresh read of the records decides the handover.
+    pub(super) due: bool,
 }
 
 impl Machine {
@@ -76,6 +77,7 @@ impl Machine {
             }
             self.app.check_at = None;
             self.app.kept = false;
+            self.app.due = false;
         } else if self.app.unhealthy_since.is_none() {
             tracing::warn!(
                 grace_ms = gate.grace.as_millis() as u64,
@@ -87,16 +89,29 @@ impl Machine {
         }
     }
 
-    /// The leader's check: its app has been unhealthy for the grace. Hand over to the best
-    /// candidate whose app is healthy; with none, keep the lease and look again at the next
-    /// renewal's read of the records.
+    /// The leader's check: its app has been unhealthy for the grace. It renews at once, and
+    /// that renewal's read of the candidates' records decides ([`Machine::app_successor`]): the
+    /// last renewal's read may be up to a renewal period old, from before the others' apps
+    /// turned unhealthy too.
     pub(super) fn app_check(&mut self, cx: &mut Cx<'_>, term: Leading) {
+        self.app.check_at = None;
+        self.app.due = true;
+        self.renew(cx, term);
+    }
+
+    /// A renewal's fresh read, while the grace is over: the best candidate whose app is healthy,
+    /// to hand over to; with none, the leader keeps the lease and decides again on the next
+    /// renewal's read.
+    pub(super) fn app_successor(&mut self, cx: &mut Cx<'_>, fresh: &[Candidate]) -> Option<String> {
+        if !self.app.due || self.standing.app_healthy {
+            return None;
+        }
         let prefer = self.preference.prefer;
-        let successor = candidates::successor(&self.last_candidates, &self.identity, prefer, |n| {
+        let successor = candidates::successor(fresh, &self.identity, prefer, |n| {
             rand::Rng::random_range(cx.rng, 0..n)
         })
         .map(|c| c.identity.clone());
-        match successor {
+        match &successor {
             Some(to) => {
                 tracing::warn!(
                     successor = %to,
@@ -106,19 +121,17 @@ impl Machine {
                         .map_or(0, |s| cx.now.saturating_duration_since(s).as_millis() as u64),
                     "the app has been unhealthy for the grace: handing over to a candidate whose app is healthy"
                 );
-                self.app.check_at = None;
-                self.end(term.lease, StepDownReason::AppUnhealthy, Some(to), None);
+                self.app.due = false;
             }
-            None => {
-                if !self.app.kept {
-                    tracing::warn!(
-                        "the app has been unhealthy for the grace, but no candidate's app is healthy: keeping the lease (some leader beats no leader)"
-                    );
-                    self.app.kept = true;
-                }
-                self.app.check_at = Some(cx.now + self.timing.renew_every);
+            None if !self.app.kept => {
+                tracing::warn!(
+                    "the app has been unhealthy for the grace, but no candidate's app is healthy: keeping the lease (some leader beats no leader)"
+                );
+                self.app.kept = true;
             }
+            None => {}
         }
+        successor
     }
 
     /// After a handover for health: the cool-down starts.

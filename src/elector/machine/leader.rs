@@ -102,6 +102,14 @@ impl Machine {
         term.next_renew = started + self.timing.renew_every;
         let was_pending = std::mem::replace(&mut term.pending, false);
         let ready = ready && candidates.is_some();
+        // The leader's app has been unhealthy for the grace: this fresh read decides.
+        if let Some(to) = candidates
+            .as_deref()
+            .and_then(|fresh| self.app_successor(cx, fresh))
+        {
+            self.apply_candidates(candidates, ready, Some(false));
+            return self.end(term.lease, StepDownReason::AppUnhealthy, Some(to), None);
+        }
         if let (Some(fresh), Some(mine)) = (candidates.as_deref(), self.rank()) {
             let (prefer, settle) = (self.preference.prefer, self.preference.settle);
             match candidates::handover(fresh, &self.identity, &mine, prefer, settle) {

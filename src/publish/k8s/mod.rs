@@ -21,7 +21,7 @@
 //! [`crate::k8s`]'s, shared with the pod reader there (an input of the elector, not part of this
 //! publisher).
 //!
-//! RBAC used: pods get, list, patch; events create (core group), in the pod's own namespace.
+//! RBAC used: pods get, watch, list, patch; events create (core group), in the pod's own namespace.
 
 use std::ops::Range;
 use std::time::Duration;

@@ -18,7 +18,8 @@
 //! `REDLOCK_ELECTOR_OPS_LISTEN`; `KUBECONFIG` points at the token's kubeconfig and
 //! `KUBERNETES_SERVICE_HOST`/`_PORT` at the apiserver's loopback address (a kubelet would set the
 //! `kubernetes` Service's IP, unreachable here).
-//! The app container is not run (its image is not here); the pod counts it as running.
+//! The app container is not run (its image is not here); the pod's status counts it as started,
+//! running and ready (its container status), which is what `lease.followApp` reads.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -259,6 +260,13 @@ async fn run_pod(
     }
 
     let prepared = prepare(&ctx.api, &pod, &bind, &pod_dir).await;
+    // The regular containers but the sidecar (when it is not a native one): the app, not run.
+    let apps: Vec<(String, String)> = spec
+        .containers
+        .iter()
+        .filter(|c| c.name != "redlock-elector")
+        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+        .collect();
     let (api_port, ops_port) = (prepared.api_port, prepared.ops_port);
     let log = pod_dir.join("sidecar.log");
     runs.lock().unwrap().insert(
@@ -281,7 +289,7 @@ async fn run_pod(
             r.pid = pid;
         }
     };
-    patch_status(&pods, &name, &ip, &host_ip, false).await;
+    patch_status(&pods, &name, &ip, &host_ip, &apps, false).await;
 
     let spawn = || {
         let mut cmd = tokio::process::Command::new(crate::common::binary());
@@ -311,7 +319,7 @@ async fn run_pod(
                 _ = child.wait() => {
                     set_pid(None);
                     if *term.borrow() { break 'restarts; }
-                    patch_status(&pods, &name, &ip, &host_ip, false).await;
+                    patch_status(&pods, &name, &ip, &host_ip, &apps, false).await;
                     tokio::select! {
                         _ = tokio::time::sleep(RESTART_BACKOFF) => continue 'restarts,
                         _ = term.changed() => break 'restarts,
@@ -331,7 +339,7 @@ async fn run_pod(
                 _ = tokio::time::sleep(prepared.probe_every), if !ready => {
                     if probe(&bind, ops_port, &prepared.ready_path).await {
                         ready = true;
-                        patch_status(&pods, &name, &ip, &host_ip, true).await;
+                        patch_status(&pods, &name, &ip, &host_ip, &apps, true).await;
                     }
                 }
             }

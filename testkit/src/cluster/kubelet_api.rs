@@ -59,8 +59,16 @@ pub async fn bind_to_node(pods: &Api<Pod>, name: &str, node: &str) -> bool {
     true
 }
 
-/// Status Running with the pod's IP; `ready` sets the Ready and ContainersReady conditions.
-pub async fn patch_status(pods: &Api<Pod>, name: &str, ip: &str, host_ip: &str, ready: bool) {
+/// Status Running with the pod's IP and the app containers' statuses ([`app_statuses`]);
+/// `ready` sets the Ready and ContainersReady conditions.
+pub async fn patch_status(
+    pods: &Api<Pod>,
+    name: &str,
+    ip: &str,
+    host_ip: &str,
+    apps: &[(String, String)],
+    ready: bool,
+) {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let r = if ready { "True" } else { "False" };
     let status = json!({"status": {
@@ -75,6 +83,7 @@ pub async fn patch_status(pods: &Api<Pod>, name: &str, ip: &str, host_ip: &str, 
             {"type": "ContainersReady", "status": r, "lastTransitionTime": now},
             {"type": "Ready", "status": r, "lastTransitionTime": now},
         ],
+        "containerStatuses": app_statuses(apps, &now),
     }});
     for attempt in 0..50 {
         match pods
@@ -91,6 +100,17 @@ pub async fn patch_status(pods: &Api<Pod>, name: &str, ip: &str, host_ip: &str, 
             }
         }
     }
+}
+
+/// The app containers' statuses (`(name, image)`): the app is not run here, so each one counts
+/// as started, running and ready since the pod started (what `lease.followApp` reads).
+fn app_statuses(apps: &[(String, String)], now: &str) -> serde_json::Value {
+    apps.iter()
+        .map(|(name, image)| {
+            json!({"name": name, "image": image, "imageID": "", "ready": true, "started": true,
+                   "restartCount": 0, "state": {"running": {"startedAt": now}}})
+        })
+        .collect()
 }
 
 /// The final delete, as kubelet does once the containers are gone (grace 0, on the pod's uid).

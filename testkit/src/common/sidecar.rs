@@ -38,6 +38,10 @@ pub struct View {
     /// `lease.followApp`: this sidecar's app health, null when off.
     #[serde(default)]
     pub app_healthy: Option<bool>,
+    /// `lease.followApp`: whether the leader's app is healthy as its record says, null when off
+    /// or with no leader.
+    #[serde(default)]
+    pub leader_app_healthy: Option<bool>,
     /// `lease.followApp`: other candidates whose apps are healthy, null when off.
     #[serde(default)]
     pub healthy_candidates: Option<u32>,

@@ -108,6 +108,21 @@ pub(super) fn route(
             status_body(404, "NotFound", &format!("{what} not found")),
         )
     };
+    // No watch streams here (one JSON answer per request): the sidecar then reads its pod every
+    // 2 s instead, as it does behind an API server that refuses watches.
+    if path == pods
+        && method == "GET"
+        && query.get("watch").is_some_and(|w| w == "true" || w == "1")
+    {
+        return (
+            405,
+            status_body(
+                405,
+                "MethodNotAllowed",
+                "the fake API server serves no watches",
+            ),
+        );
+    }
     if path == pods && method == "GET" {
         let selector = query.get("labelSelector").cloned().unwrap_or_default();
         let mut items = Vec::new();

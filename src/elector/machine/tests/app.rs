@@ -87,8 +87,18 @@ fn a_leader_whose_app_stays_unhealthy_for_the_grace_hands_over_to_a_healthy_cand
     assert!(ended(&out).is_none(), "not before the grace: {out:?}");
     assert!(b.m.leading());
     assert_eq!(b.m.poll_timeout(), Some(since + APP_GRACE));
+    // At the grace it renews at once: that fresh read of the records decides.
     let out = b.fire();
     assert_eq!(b.now, since + APP_GRACE);
+    assert!(ended(&out).is_none(), "{out:?}");
+    assert!(
+        out.iter().any(|c| matches!(c, Command::Renew { .. })),
+        "{out:?}"
+    );
+    let out = b.feed(Event::Renewed {
+        deadline: Some(b.now + TTL),
+        candidates: Some(healthy_one()),
+    });
     assert_eq!(ended(&out), Some(StepDownReason::AppUnhealthy));
     // Named directly, the healthy one, on the named-successor path; counted.
     assert_eq!(release(&out), Some(Some("healthy".into())));
@@ -117,6 +127,42 @@ fn a_leader_whose_app_stays_unhealthy_for_the_grace_hands_over_to_a_healthy_cand
         &healthy_one(),
     );
     assert_eq!(attempts(&out), [false], "{out:?}");
+}
+
+#[test]
+fn the_handover_for_health_is_decided_on_a_read_taken_after_the_grace_not_an_older_one() {
+    // The last renewal's read says a candidate is healthy; by the grace its app failed too (its
+    // record says so now). The leader keeps the lease instead of handing it to a sick one.
+    let mut b = Bench::following();
+    b.lead();
+    b.renew(healthy_one());
+    let since = b.now;
+    b.app(false);
+    run_until(&mut b, since + APP_GRACE - MS, &healthy_one());
+    let out = b.fire();
+    assert!(
+        out.iter().any(|c| matches!(c, Command::Renew { .. })),
+        "{out:?}"
+    );
+    let nobody = vec![
+        candidate("sick", 300, None),
+        candidate("healthy", 200, None),
+    ];
+    let out = b.feed(Event::Renewed {
+        deadline: Some(b.now + TTL),
+        candidates: Some(nobody.clone()),
+    });
+    assert!(
+        ended(&out).is_none(),
+        "handed over to a sick candidate: {out:?}"
+    );
+    assert!(b.m.leading());
+    // Its app recovers on a later read: the next renewal's fresh read hands over.
+    let recovered = healthy_one();
+    let until = b.now + TTL;
+    let out = run_until(&mut b, until, &recovered);
+    assert_eq!(ended(&out), Some(StepDownReason::AppUnhealthy), "{out:?}");
+    assert_eq!(release(&out), Some(Some("healthy".into())));
 }
 
 #[test]

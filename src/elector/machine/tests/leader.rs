@@ -221,7 +221,11 @@ fn a_notice_naming_it_ends_the_cool_down_after_a_child_exit_but_not_after_a_requ
         let mut b = Bench::new(Prefer::None);
         b.lead();
         b.feed(Event::StepDown(1, reason));
-        let out = b.feed(Event::Candidates(Some(vec![candidate("other", 50, Some(MS))])));
+        let out = b.feed(Event::Candidates(Some(vec![candidate(
+            "other",
+            50,
+            Some(MS),
+        )])));
         assert_eq!(release(&out), Some(Some("other".into())), "{out:?}");
         b.feed(Event::Released);
         // The other leads, then releases naming this sidecar, within the cool-down.
