@@ -379,6 +379,7 @@ impl<R: Rounds> Elector<R> {
                     Count::BecameLeader(gap) => self.metrics.became_leader(gap),
                     Count::Stall => self.metrics.stall_detected(),
                     Count::Handover(reason) => self.metrics.handover(reason),
+                    Count::StepDown(reason) => self.metrics.step_down(reason),
                 }
                 None
             }

@@ -7,6 +7,31 @@ use crate::leadership::StepDownReason;
 use crate::metrics::HandoverReason;
 
 impl StepDownReason {
+    /// Every reason, so that each `step_downs_total` series exists (at 0) from the start.
+    pub const ALL: [StepDownReason; 7] = [
+        StepDownReason::Requested,
+        StepDownReason::RenewalFailed,
+        StepDownReason::Stalled,
+        StepDownReason::Shutdown,
+        StepDownReason::Preferred,
+        StepDownReason::ChildExited,
+        StepDownReason::AppUnhealthy,
+    ];
+
+    /// The `step_down_reason` label of `redlock_elector_step_downs_total`: [`Self::as_str`]
+    /// with `_` for `-`, as Prometheus label values go.
+    pub fn label(self) -> &'static str {
+        match self {
+            StepDownReason::Requested => "step_down",
+            StepDownReason::RenewalFailed => "renewal_failed",
+            StepDownReason::Stalled => "stalled",
+            StepDownReason::Shutdown => "shutdown",
+            StepDownReason::Preferred => "preferred",
+            StepDownReason::ChildExited => "child_exited",
+            StepDownReason::AppUnhealthy => "app_unhealthy",
+        }
+    }
+
     /// A short machine-readable name.
     pub fn as_str(self) -> &'static str {
         match self {

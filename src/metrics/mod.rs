@@ -24,6 +24,7 @@ pub use self::builder::MetricDoc;
 use self::builder::{Builder, LATENCY_BUCKETS, Scope, WAIT_BUCKETS};
 use self::labels::renewal_label;
 pub use self::labels::{AcquireResult, HandoverReason, LeadershipGauges};
+use crate::leadership::StepDownReason;
 
 /// The label values one Redis endpoint's series can take, each set spelled by the module that
 /// owns it (`redlock::node::endpoint_labels`); [`Metrics::new_endpoint`] creates every
@@ -112,6 +113,9 @@ pub struct Metrics {
     /// Graceful handovers this sidecar made as leader (its release named a successor), by
     /// reason: shutdown | step_down | preferred | child_exited | app_unhealthy.
     handovers: IntCounterVec,
+    /// Terms this sidecar ended as leader, by `step_down_reason` (every end: graceful, lost,
+    /// stalled; [`StepDownReason::label`]).
+    step_downs: IntCounterVec,
     /// `lease.followApp`: 1 while this sidecar's app is healthy (always 1 when off).
     app_healthy: IntGauge,
     /// `lease.followApp`: other candidates whose app is healthy, as the records last read say.
@@ -153,6 +157,7 @@ impl Metrics {
             stalls: b.counter("redlock_elector_stalls_total", "Times the election loop's timer slipped beyond the stall margin")?,
             kube_requests: b.counter_vec(Process, "redlock_elector_kube_requests_total", "Kubernetes API requests by verb and result", &["verb", "result"])?,
             handovers: b.counter_vec(Lease, "redlock_elector_handovers_total", "Graceful handovers by the leader (its release notice names a successor), by reason", &["reason"])?,
+            step_downs: b.counter_vec(Lease, "redlock_elector_step_downs_total", "Terms this sidecar ended as leader, by why: graceful (a handover) or not (renewal_failed, stalled)", &["step_down_reason"])?,
             app_healthy: b.int_gauge("redlock_elector_app_healthy", "1 while this sidecar's app is healthy (lease.followApp: its app containers, or app.healthUrl); always 1 when leadership does not follow the app")?,
             healthy_candidates: b.int_gauge("redlock_elector_healthy_candidates", "Other candidates whose app is healthy, as the candidate records last read say (lease.followApp); a leader whose app is unhealthy hands over to one of them")?,
         };
@@ -169,6 +174,9 @@ impl Metrics {
         // Every series of a fixed label set exists from the start, at 0.
         for r in HandoverReason::ALL {
             m.handovers.with_label_values(&[r.label()]);
+        }
+        for r in StepDownReason::ALL {
+            m.step_downs.with_label_values(&[r.label()]);
         }
         for r in AcquireResult::ALL {
             m.acquire_attempts.with_label_values(&[r.label()]);
@@ -207,6 +215,11 @@ impl Metrics {
     /// The leader's release named a successor.
     pub fn handover(&self, reason: HandoverReason) {
         self.handovers.with_label_values(&[reason.label()]).inc();
+    }
+
+    /// A term ended, for `reason`.
+    pub fn step_down(&self, reason: StepDownReason) {
+        self.step_downs.with_label_values(&[reason.label()]).inc();
     }
 
     /// What the elector last saw of the apps' health (`lease.followApp`).

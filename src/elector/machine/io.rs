@@ -199,4 +199,6 @@ pub enum Count {
     Stall,
     /// A graceful handover.
     Handover(HandoverReason),
+    /// A term ended (every end, graceful or not).
+    StepDown(StepDownReason),
 }

@@ -146,6 +146,7 @@ impl Machine {
     ) {
         self.term = None;
         self.leader = None;
+        self.push(Command::Count(Count::StepDown(reason)));
         self.push(Command::PublishEnd(Ended {
             token: lease.token,
             reason,

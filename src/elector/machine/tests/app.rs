@@ -105,6 +105,10 @@ fn a_leader_whose_app_stays_unhealthy_for_the_grace_hands_over_to_a_healthy_cand
     assert!(out.contains(&Command::Count(Count::Handover(
         crate::metrics::HandoverReason::AppUnhealthy
     ))));
+    // And in the step-downs by reason (`step_down_reason="app_unhealthy"`).
+    assert!(out.contains(&Command::Count(Count::StepDown(
+        StepDownReason::AppUnhealthy
+    ))));
     b.feed(Event::Released);
     // The cool-down: no attempt while a healthy candidate exists, even once the app is healthy
     // again; watch rounds instead.
