@@ -1044,6 +1044,12 @@ fn cp_real_node_leadership_follows_the_app() {
         "real node: terms checked by the sidecars' logs, 0 overlaps",
         terms.len(),
     );
+    // The sidecars followed their pods by a watch (the Role grants it), not by the 2 s read.
+    let logs = rn.logs();
+    assert!(
+        !logs.contains("cannot watch the own pod"),
+        "a sidecar fell back to reading its pod:\n{logs}"
+    );
 }
 
 /// A plain Deployment of the stand-in app (static busybox), 2 replicas, with the named port `http`
