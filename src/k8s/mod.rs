@@ -99,9 +99,18 @@ pub enum ConnectError {
 
 /// A client from `kube::Config::infer()`, with the request timeouts of [`call::REQUEST_TIMEOUT`].
 pub(crate) async fn connect(settings: &Settings) -> Result<Client, ConnectError> {
+    connect_reading(settings, call::REQUEST_TIMEOUT).await
+}
+
+/// [`connect`], with a read timeout of `read` (a watch stream is quiet for minutes; each call
+/// is still bounded by [`call::REQUEST_TIMEOUT`] until its answer's headers).
+pub(crate) async fn connect_reading(
+    settings: &Settings,
+    read: std::time::Duration,
+) -> Result<Client, ConnectError> {
     let mut config = kube::Config::infer().await?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    config.read_timeout = Some(call::REQUEST_TIMEOUT);
+    config.read_timeout = Some(read);
     config.write_timeout = Some(call::REQUEST_TIMEOUT);
     if let Some(ns) = &settings.namespace {
         config.default_namespace = ns.clone();

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::call::call;
-use super::{Settings, connect};
+use super::{Settings, connect_reading};
 use crate::metrics::Metrics;
 
 /// This sidecar's standing as a candidate, from outside the election: the `kube` pod poller in
@@ -193,7 +193,8 @@ pub async fn follow_pod(
     let started = tokio::time::Instant::now();
     loop {
         if api.is_none() {
-            match connect(&settings).await {
+            // The watch's stream is quiet between changes: its read timeout outlasts the watch.
+            match connect_reading(&settings, WATCH_TIMEOUT + WATCH_SLACK).await {
                 Ok(client) => {
                     api = Some(Api::namespaced(
                         client.clone(),
@@ -273,6 +274,9 @@ enum WatchEnd {
 /// own bound is a little longer, so that a stream stalled without a close still ends.
 const WATCH_TIMEOUT: Duration = Duration::from_secs(240);
 
+/// How much longer than [`WATCH_TIMEOUT`] the client waits for a watch to end.
+const WATCH_SLACK: Duration = Duration::from_secs(15);
+
 /// Watch the own pod from `version`, publishing each change, until the watch ends.
 async fn watch_pod(
     api: &Api<Pod>,
@@ -293,7 +297,7 @@ async fn watch_pod(
         Err(e) => return WatchEnd::Refused(e.to_string()),
     };
     let mut stream = std::pin::pin!(stream);
-    let deadline = tokio::time::sleep(WATCH_TIMEOUT + Duration::from_secs(15));
+    let deadline = tokio::time::sleep(WATCH_TIMEOUT + WATCH_SLACK);
     let mut deadline = std::pin::pin!(deadline);
     let mut events = 0u64;
     loop {
@@ -312,9 +316,11 @@ async fn watch_pod(
             Some(Ok(WatchEvent::Deleted(_) | WatchEvent::Error(_))) | None => {
                 return WatchEnd::Ended;
             }
-            // Not a watch stream at all (nothing arrived yet), or a broken one.
-            Some(Err(e)) if events == 0 => return WatchEnd::Refused(e.to_string()),
-            Some(Err(_)) => return WatchEnd::Ended,
+            // A stream that broke (a dropped connection): read again, and watch again.
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, events, "the watch of the own pod broke; reading it again");
+                return WatchEnd::Ended;
+            }
         }
     }
 }

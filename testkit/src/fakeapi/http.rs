@@ -197,12 +197,14 @@ fn handle(inner: &Inner, req: Request) -> (u16, Value) {
         )
     };
 
-    // Faults: decided at arrival; a delay is served outside the lock.
+    // Faults: decided at arrival; a delay is served outside the lock. A watch (refused here,
+    // see `route`) is not a list: no fault meant for the list is spent on it.
+    let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
     let action = {
         let mut st = inner.state.lock().unwrap();
         let mut found = None;
         for f in st.faults.iter_mut() {
-            if f.times != Some(0) && f.matches(&req.method, &path, &who) {
+            if !watch && f.times != Some(0) && f.matches(&req.method, &path, &who) {
                 if let Some(n) = f.times.as_mut() {
                     *n -= 1;
                 }

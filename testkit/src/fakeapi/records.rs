@@ -47,7 +47,9 @@ impl Record {
     }
 
     pub fn is_list(&self) -> bool {
-        self.method == "GET" && self.path == format!("/api/v1/namespaces/{NS}/pods")
+        self.method == "GET"
+            && self.path == format!("/api/v1/namespaces/{NS}/pods")
+            && !self.query.contains_key("watch")
     }
 
     pub fn ok(&self) -> bool {
