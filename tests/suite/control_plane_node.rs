@@ -875,16 +875,20 @@ fn cp_real_node_leadership_follows_the_app() {
     let cp = &rn.cp;
     let first = rn.settled(3, Duration::from_secs(120));
     rn.slice_lists_only(&first, Duration::from_secs(30));
-    let view = rn.view(&rn.pod(&first)).unwrap();
-    assert_eq!(
-        (
-            view.app_healthy,
-            view.leader_app_healthy,
-            view.healthy_candidates
-        ),
-        (Some(true), Some(true), Some(2)),
-        "{view:?}"
-    );
+    // The leader sees both others as healthy candidates once their records say so (a renewal
+    // reads them).
+    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+        let v = rn.view(&rn.pod(&first))?;
+        ((v.app_healthy, v.leader_app_healthy, v.healthy_candidates)
+            == (Some(true), Some(true), Some(2)))
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the leader never saw two healthy candidates: {:?}",
+            rn.view(&rn.pod(&first))
+        )
+    });
 
     // (1) The leader's app fails its readiness probe.
     let t0 = Instant::now();
@@ -1044,6 +1048,39 @@ fn cp_real_node_leadership_follows_the_app() {
         "real node: terms checked by the sidecars' logs, 0 overlaps",
         terms.len(),
     );
+    // The API server's load per pod: the sidecars' own count of pod GETs and watches, against
+    // the 2 s read before the watch (30 GETs a minute).
+    for p in rn.live() {
+        let (Some(pid), Some(started)) = (
+            sidecar_pid(cp, &p),
+            p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        ) else {
+            continue;
+        };
+        let metrics = cp.http_in(pid, 4041, "/metrics").unwrap_or_default();
+        let count = |verb: &str| -> f64 {
+            metrics
+                .lines()
+                .filter(|l| {
+                    l.starts_with("redlock_elector_kube_requests_total")
+                        && l.contains(&format!("verb=\"{verb}\""))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        let minutes = started.duration_until(Timestamp::now()).as_secs_f64() / 60.0;
+        report(
+            &format!(
+                "real node: {} pod GETs / pod watches per minute (the 2 s read made 30 GETs)",
+                name(&p)
+            ),
+            format!(
+                "{:.1} / {:.1} over {minutes:.1} min",
+                count("get") / minutes,
+                count("watch") / minutes
+            ),
+        );
+    }
     // The sidecars followed their pods by a watch (the Role grants it), not by the 2 s read.
     let logs = rn.logs();
     assert!(
