@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::io::Cx;
 use super::{Leading, Machine};
-use crate::redlock::candidates::{self, Candidate};
+use crate::redlock::candidates::Candidate;
 
 /// What the machine keeps about the app's health.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -106,11 +106,7 @@ impl Machine {
         if !self.app.due || self.standing.app_healthy {
             return None;
         }
-        let prefer = self.preference.prefer;
-        let successor = candidates::successor(fresh, &self.identity, prefer, |n| {
-            rand::Rng::random_range(cx.rng, 0..n)
-        })
-        .map(|c| c.identity.clone());
+        let successor = self.best_successor(cx, fresh);
         match &successor {
             Some(to) => {
                 tracing::warn!(

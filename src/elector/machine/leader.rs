@@ -176,12 +176,15 @@ impl Machine {
         if let Some(c) = read {
             self.last_candidates = c;
         }
-        let prefer = self.preference.prefer;
-        let successor = candidates::successor(&self.last_candidates, &self.identity, prefer, |n| {
-            cx.rng.random_range(0..n)
-        })
-        .map(|c| c.identity.clone());
+        let successor = self.best_successor(cx, &self.last_candidates);
         self.release(ending, successor);
+    }
+
+    /// The best ready candidate in `from` to name, by `lease.prefer` (ties broken at random).
+    pub(super) fn best_successor(&self, cx: &mut Cx<'_>, from: &[Candidate]) -> Option<String> {
+        let prefer = self.preference.prefer;
+        candidates::successor(from, &self.identity, prefer, |n| cx.rng.random_range(0..n))
+            .map(|c| c.identity.clone())
     }
 
     fn release(&mut self, ending: Ending, successor: Option<String>) {
