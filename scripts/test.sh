@@ -55,6 +55,18 @@ cargo test --locked --release --test suite -- --exact mixed_versions::previous_r
 echo "== cargo test --release (unit + integration; real redis-server processes, real binary, real signals)"
 cargo test --locked --release --lib --bins --test suite --benches -- --test-threads="${TEST_THREADS:-2}" --skip cp_
 
+# Valkey beside Redis (docs/operating/which-redis.md): the election, handover, crash, clock-jump
+# and fault-schedule tests again, on Valkey 8.1 nodes, then on mixed trios (Redis, Valkey,
+# Redis). scripts/valkey.sh fetches valkey-server once (built without TLS: TLS is tested on
+# Redis only).
+VALKEY_SERVER="$(scripts/valkey.sh)"
+export VALKEY_SERVER
+for server in valkey mixed; do
+  echo "== cargo test --release on $server nodes (TEST_SERVER=$server): election, handover, crash, clock jumps, fault schedule"
+  TEST_SERVER=$server cargo test --locked --release --test suite -- --test-threads="${TEST_THREADS:-2}" \
+    election:: fresh_handover:: safety_clock_jump:: fault_schedule::
+done
+
 # The model check (tests/model.rs, docs/model.md) runs on its own, one check at a time (a few
 # minutes; unoptimized it would be about five times slower, so a debug build lists its checks as
 # ignored).

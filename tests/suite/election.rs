@@ -9,6 +9,31 @@ use common::*;
 const TTL: Duration = Duration::from_secs(1);
 const RETRY: Duration = Duration::from_millis(200);
 
+/// The nodes run the server `TEST_SERVER` names (scripts/test.sh runs this module on Redis, on
+/// Valkey, and on mixed trios): each one's `INFO` says which it is.
+#[test]
+fn the_nodes_run_the_server_test_server_names() {
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
+    let want: Vec<Server> = match std::env::var("TEST_SERVER").as_deref() {
+        Ok("valkey") => vec![Server::Valkey; 3],
+        Ok("mixed") => vec![Server::Redis, Server::Valkey, Server::Redis],
+        _ => vec![Server::Redis; 3],
+    };
+    let seen: Vec<Server> = nodes
+        .iter()
+        .map(|n| {
+            let info = n.cli(&["INFO", "server"]).expect("INFO server");
+            if info.contains("valkey_version:") {
+                Server::Valkey
+            } else {
+                Server::Redis
+            }
+        })
+        .collect();
+    assert_eq!(seen, want);
+    assert_eq!(nodes.iter().map(|n| n.server).collect::<Vec<_>>(), want);
+}
+
 #[test]
 fn one_sidecar_on_three_nodes_leads_and_owns_the_key() {
     let nodes = redis_cluster(3, TTL);

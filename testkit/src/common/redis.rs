@@ -26,9 +26,58 @@ pub fn redis_server_bin() -> PathBuf {
     );
 }
 
-/// One `redis-server` process without persistence.
+/// `valkey-server`: `$VALKEY_SERVER` (`scripts/valkey.sh` prints it and fetches Valkey once),
+/// or a panic that says how to get it. Never a silent skip.
+pub fn valkey_server_bin() -> PathBuf {
+    match std::env::var_os("VALKEY_SERVER").map(PathBuf::from) {
+        Some(p) if p.is_file() => p,
+        other => panic!(
+            "TEST_SERVER asks for Valkey, but VALKEY_SERVER ({other:?}) is not a file: run \
+             `export VALKEY_SERVER=$(scripts/valkey.sh)` (it fetches valkey-server 8.1.8 once), \
+             or ./scripts/test.sh, which does"
+        ),
+    }
+}
+
+/// Which server a test node runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Server {
+    Redis,
+    Valkey,
+}
+
+impl Server {
+    /// The server for a test's next plain node, by `TEST_SERVER`: `redis` (the default),
+    /// `valkey`, or `mixed`: Redis and Valkey in turn within each test (a test runs on a thread
+    /// of its own), so its first three nodes are Redis, Valkey, Redis. A TLS node is always Redis
+    /// (this Valkey build has no TLS).
+    fn next() -> Server {
+        use std::cell::Cell;
+        thread_local!(static NODES: Cell<usize> = const { Cell::new(0) });
+        match std::env::var("TEST_SERVER").as_deref() {
+            Err(_) | Ok("" | "redis") => Server::Redis,
+            Ok("valkey") => Server::Valkey,
+            Ok("mixed") => {
+                let n = NODES.with(|c| c.replace(c.get() + 1));
+                if n % 2 == 1 { Server::Valkey } else { Server::Redis }
+            }
+            Ok(other) => panic!("TEST_SERVER={other}: expected redis, valkey or mixed"),
+        }
+    }
+
+    fn bin(self) -> PathBuf {
+        match self {
+            Server::Redis => redis_server_bin(),
+            Server::Valkey => valkey_server_bin(),
+        }
+    }
+}
+
+/// One `redis-server` (or `valkey-server`, see [`Server`]) process without persistence.
 pub struct Redis {
     pub port: u16,
+    /// The server it runs.
+    pub server: Server,
     /// When the current process started (its start-up quarantine runs from here).
     pub started: Instant,
     child: Option<Child>,
@@ -96,8 +145,14 @@ impl Redis {
 
     /// Start on a free port: plain, or TLS-only with `tls`.
     fn launch_with(extra: &[&str], shiftable: bool, tls: Option<TlsServer>) -> Redis {
+        let server = if tls.is_some() {
+            Server::Redis
+        } else {
+            Server::next()
+        };
         let mut r = Redis {
             port: free_port(),
+            server,
             started: Instant::now(),
             child: None,
             dir: tempdir(),
@@ -158,7 +213,7 @@ impl Redis {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(redis_server_bin());
+        let mut cmd = Command::new(self.server.bin());
         if self.shiftable {
             cmd.env("LD_PRELOAD", clockshift_lib())
                 .env("CLOCKSHIFT_FILE", self.offset_file());
@@ -196,14 +251,15 @@ impl Redis {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawn redis-server");
+            .unwrap_or_else(|e| panic!("spawn {:?}: {e}", self.server));
         self.child = Some(child);
         self.started = Instant::now();
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.cli(&["PING"]).as_deref() != Some("PONG") {
             assert!(
                 Instant::now() < deadline,
-                "redis-server on {} did not start",
+                "{:?} on {} did not start",
+                self.server,
                 self.port
             );
             std::thread::sleep(Duration::from_millis(10));
