@@ -59,7 +59,11 @@ impl Server {
             Ok("valkey") => Server::Valkey,
             Ok("mixed") => {
                 let n = NODES.with(|c| c.replace(c.get() + 1));
-                if n % 2 == 1 { Server::Valkey } else { Server::Redis }
+                if n % 2 == 1 {
+                    Server::Valkey
+                } else {
+                    Server::Redis
+                }
             }
             Ok(other) => panic!("TEST_SERVER={other}: expected redis, valkey or mixed"),
         }
