@@ -850,6 +850,22 @@ fn terms_from_logs(rn: &RealNode) -> Vec<(String, u64, Timestamp, Option<Timesta
     terms
 }
 
+/// Wait until every live pod's sidecar says its app is `healthy` (or not).
+fn every_sidecar_sees_its_app(rn: &RealNode, healthy: bool) {
+    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
+        rn.live()
+            .iter()
+            .all(|p| rn.view(p).is_some_and(|v| v.app_healthy == Some(healthy)))
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "not every sidecar sees its app healthy = {healthy}:\n{}",
+            rn.logs()
+        )
+    });
+}
+
 /// Health-gated leadership on the real node (issue 36; `lease.followApp`, on in the chart):
 /// three pods whose app container has an exec readiness probe on `/state/ready`, grace 2 s.
 /// - the leader's app fails its probe (the test removes the file): another pod leads, and the
@@ -942,13 +958,7 @@ fn cp_real_node_leadership_follows_the_app() {
             app_state_file(cp, &p, "ready", false);
         }
     }
-    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
-        rn.live()
-            .iter()
-            .all(|p| rn.view(p).is_some_and(|v| v.app_healthy == Some(false)))
-            .then_some(())
-    })
-    .expect("every sidecar sees its app unhealthy");
+    every_sidecar_sees_its_app(&rn, false);
     let until = Instant::now() + GRACE * 3;
     let mut samples = 0;
     while Instant::now() < until {
@@ -971,13 +981,7 @@ fn cp_real_node_leadership_follows_the_app() {
     for p in rn.live() {
         app_state_file(cp, &p, "ready", true);
     }
-    wait_for(Duration::from_secs(30), Duration::from_millis(100), || {
-        rn.live()
-            .iter()
-            .all(|p| rn.view(p).is_some_and(|v| v.app_healthy == Some(true)))
-            .then_some(())
-    })
-    .expect("every app healthy again");
+    every_sidecar_sees_its_app(&rn, true);
 
     // (3) The leader's app crash-loops: exit 1 at every start.
     let crashing = rn.sidecar_leader().expect("one leader");
