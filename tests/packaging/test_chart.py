@@ -602,8 +602,12 @@ def app_container(objects: list[dict]) -> dict:
     return c
 
 
+HTTP_PORT = [{"name": "http", "containerPort": 8080}]  # the port the leader Service targets by default
+
+
 def test_users_image_gets_nothing_of_the_demo():
-    objects = render_with("defaults", app={"image": {"repository": "registry.example/shop", "tag": "2.1"}})
+    objects = render_with("defaults", app={"image": {"repository": "registry.example/shop", "tag": "2.1"},
+                                           "ports": HTTP_PORT})
     app = app_container(objects)
     assert app["image"] == "registry.example/shop:2.1"
     # Only what the user set: the image's own entrypoint, no resources, no security context, no
@@ -618,6 +622,7 @@ def test_users_image_gets_nothing_of_the_demo():
 
 def test_users_settings_are_applied_verbatim():
     mine = {"image": {"repository": "registry.example/shop", "tag": "2.1"}, "args": ["--port", "8080"],
+            "ports": HTTP_PORT,
             "resources": {"limits": {"memory": "1Gi"}}, "securityContext": {"runAsUser": 1000}}
     app = app_container(render_with("defaults", app=mine))
     assert app["args"] == mine["args"] and app["resources"] == mine["resources"]
@@ -628,6 +633,35 @@ def test_demo_only_without_an_image():
     app = app_container(render_with("defaults"))
     assert app["image"] == "busybox:1.36" and app["command"][:2] == ["sh", "-c"]
     assert app["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_demo_declares_and_serves_the_port_the_leader_service_targets():
+    objects = render_with("defaults")
+    app = app_container(objects)
+    assert app["ports"] == [{"name": "http", "containerPort": 8080}]
+    assert "httpd -p 8080" in app["command"][2]
+    assert {"name": "demo-www", "mountPath": "/www"} in app["volumeMounts"]
+    assert {"name": "demo-www", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in pod_spec(elector_pod(objects))["volumes"]
+    svc = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-leader")]
+    assert [p["targetPort"] for p in svc[0]["spec"]["ports"]] == ["http"]
+
+
+def test_a_leader_service_aimed_at_an_undeclared_port_fails_with_the_fix():
+    """The README's values once left app.ports empty: the leader Service targeted the named port
+    http that no container declared, and its EndpointSlice stayed empty."""
+    shop = {"image": {"repository": "registry.example/shop", "tag": "2.1"}}
+    with pytest.raises(Exception, match=r'targets the port named "http", but app.ports declares no port'):
+        render_with("defaults", app=shop)
+    with pytest.raises(Exception, match=r'port named "web"'):
+        render_with("defaults", app={**shop, "ports": HTTP_PORT},
+                    leaderService={"ports": [{"name": "web", "port": 80, "targetPort": "web"}]})
+    # What routes renders: the declared name, a number, no Service, or no workload (use b: the
+    # chart cannot know the pod).
+    for over in ({"app": {**shop, "ports": HTTP_PORT}},
+                 {"app": shop, "leaderService": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}},
+                 {"app": shop, "leaderService": {"enabled": False}},
+                 {"app": shop, "workload": {"enabled": False}}):
+        render_with("defaults", **over)
 
 
 @pytest.mark.parametrize("app, message", [

@@ -36,6 +36,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::ListParams;
 
+#[path = "control_plane_docs.rs"]
+mod docs;
+
 const NS: &str = "real";
 const RELEASE: &str = "el";
 const SIDECAR: &str = "redlock-elector";

@@ -156,6 +156,8 @@ Argument: the context dict.
 {{- $demo := dict
   "image" (dict "repository" "busybox" "tag" "1.36" "pullPolicy" $app.image.pullPolicy)
   "command" (list "sh" "-c" (include "redlock-elector.demoScript" .))
+  "ports" (list (dict "name" "http" "containerPort" 8080))
+  "volumeMounts" (list (dict "name" "demo-www" "mountPath" "/www"))
   "resources" (dict "requests" (dict "cpu" "5m" "memory" "8Mi") "limits" (dict "memory" "32Mi"))
   "securityContext" (dict "runAsNonRoot" true "runAsUser" 65532 "runAsGroup" 65532
                           "readOnlyRootFilesystem" true "allowPrivilegeEscalation" false
@@ -167,12 +169,37 @@ Argument: the context dict.
 {{- end -}}
 
 {{- define "redlock-elector.demoScript" -}}
+# Serves the pod's latest /leader answer on the port named http (the leader Service's target),
+# and logs each change.
+busybox httpd -p 8080 -h /www
 v=0
 while true; do
-  wget -qO- "http://127.0.0.1:{{ .values.sidecar.apiPort }}/leader?wait=30s&version=$v" && echo
-  v=$(wget -qO- http://127.0.0.1:{{ .values.sidecar.apiPort }}/leader | sed -n 's/.*"version":\([0-9]*\).*/\1/p')
+  if wget -qO /www/.leader "http://127.0.0.1:{{ .values.sidecar.apiPort }}/leader?wait=30s&version=$v"; then
+    mv /www/.leader /www/index.html && cat /www/index.html && echo
+    v=$(sed -n 's/.*"version":\([0-9]*\).*/\1/p' /www/index.html)
+  fi
   sleep 1
 done
+{{- end -}}
+
+{{/*
+Fails the render when the leader Service targets a named port that the app container does not
+declare: its EndpointSlice would stay empty (a Service routing to nothing). Only where the chart
+renders the workload (use a) and so knows the pod; a numeric targetPort is not checked.
+Arguments: the context dict plus "app" (the app container's settings).
+*/}}
+{{- define "redlock-elector.leaderServiceCheck" -}}
+{{- if and .values.workload.enabled .values.leaderService.enabled -}}
+{{- $names := list -}}
+{{- range .app.ports | default list -}}
+{{- $names = append $names (.name | default "") -}}
+{{- end -}}
+{{- range .values.leaderService.ports -}}
+{{- if and (kindIs "string" .targetPort) (not (has .targetPort $names)) -}}
+{{- fail (printf "redlock-elector: leaderService.ports targets the port named %q, but app.ports declares no port of that name, so the leader Service would route to nothing. Declare your app's port, e.g. app.ports: [{name: %s, containerPort: 8080}], or set leaderService.ports[].targetPort to a declared name or a number, or leaderService.enabled=false" .targetPort .targetPort) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*

@@ -1,0 +1,342 @@
+//! The docs are the test (issue 35): the install routes run on the real node **from the text of
+//! the page that documents them**. Each command block and values file a route uses carries a
+//! marker, `<!-- docs-test: NAME -->`, on the line before its fence; the test reads the block
+//! from the Markdown, makes only the substitutions listed next to each (the user's registry and
+//! Redis addresses become the test's), asserts each substitution found its text, and runs the
+//! commands with the cluster's own `helm` and `kubectl` on the PATH. A page whose command or
+//! values drift fails here.
+//!
+//! Mapped, not run as written, because this machine has no kind cluster and no cluster DNS or
+//! kube-proxy:
+//! - `kind load image-archive FILE` imports FILE into the node's containerd (what kind does);
+//! - the Redis endpoints of the values become the host's redis-servers, through the node's
+//!   forwarder;
+//! - "a request through the leader Service" goes from another pod's network namespace to the
+//!   address and port the leader Service's EndpointSlice gives, which is where kube-proxy would
+//!   send it.
+
+use super::*;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The fenced block after `<!-- docs-test: NAME -->` in `page` (a path from the repository's
+/// root), without its fences.
+fn documented(page: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(cluster::repo().join(page))
+        .unwrap_or_else(|e| panic!("cannot read {page}: {e}"));
+    let marker = format!("<!-- docs-test: {name} -->");
+    let after = text
+        .split_once(&marker)
+        .unwrap_or_else(|| panic!("{page} has no `{marker}`: the docs test runs that block"))
+        .1;
+    let mut lines = after.lines().skip_while(|l| l.trim().is_empty());
+    let fence = lines.next().unwrap_or_default();
+    assert!(
+        fence.starts_with("```"),
+        "{page}: `{marker}` is not followed by a fenced block but by {fence:?}"
+    );
+    let block: Vec<&str> = lines.take_while(|l| !l.starts_with("```")).collect();
+    block.join("\n") + "\n"
+}
+
+/// `text` with `from` replaced by `to`; fails when the page no longer says `from` (so the
+/// substitution cannot silently stop applying).
+fn swap(text: &str, from: &str, to: &str, what: &str) -> String {
+    assert!(
+        text.contains(from),
+        "the documented {what} no longer contains {from:?}:\n{text}"
+    );
+    text.replace(from, to)
+}
+
+/// The commands of a shell block: its lines without comments and blank lines.
+fn commands(block: &str) -> Vec<String> {
+    block
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim())
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Where the documented commands run: the checkout's root, as for a user in a clone. The user's
+/// files the pages have them write there (`my-values.yaml`) are removed on drop (and ignored
+/// by git meanwhile).
+struct Workdir {
+    files: Vec<PathBuf>,
+}
+
+impl Workdir {
+    fn new() -> Workdir {
+        Workdir { files: Vec::new() }
+    }
+
+    /// Write a user's file, as the page names it, in the checkout's root.
+    fn write(&mut self, name: &str, text: &str) {
+        let path = self.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        self.files.push(path);
+    }
+
+    fn path(&self) -> PathBuf {
+        cluster::repo()
+    }
+
+    /// Run one documented command line with `sh -c`, the cluster's helm and kubectl first on the
+    /// PATH; its stdout. Fails with the command's output.
+    fn run(&self, cp: &ControlPlane, line: &str) -> String {
+        let path = format!(
+            "{}:{}",
+            cp.bin("kubectl").parent().unwrap().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let helm_home = cp.dir.join("helm");
+        let out = Command::new("sh")
+            .args(["-c", line])
+            .current_dir(self.path())
+            .env("PATH", path)
+            .env("KUBECONFIG", &cp.kubeconfig)
+            .env("HELM_CACHE_HOME", helm_home.join("cache"))
+            .env("HELM_CONFIG_HOME", helm_home.join("config"))
+            .env("HELM_DATA_HOME", helm_home.join("data"))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run sh -c {line:?}: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "the documented command failed ({}): {line}\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        report(
+            &format!("docs: ran `{line}`"),
+            stdout.trim_end().to_string(),
+        );
+        stdout
+    }
+}
+
+impl Drop for Workdir {
+    fn drop(&mut self) {
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// The stand-in for "your app's image": a static busybox that serves `hello from POD` over HTTP
+/// on 8080, and declares no ports (as most images do not). `localhost/redlock-elector/hello:1`,
+/// imported into the node.
+fn hello_image(cp: &ControlPlane) -> (&'static str, &'static str) {
+    let (repo, tag) = ("localhost/redlock-elector/hello", "1");
+    let dir = tempdir();
+    let tar = dir.path().join("hello.oci.tar");
+    let script = "trap 'exit 0' TERM; mkdir -p /www; echo \"hello from $(hostname)\" > /www/index.html; \
+                  httpd -f -p 8080 -h /www & wait";
+    let status = Command::new("python3")
+        .arg(cluster::repo().join("scripts/node/oci-image.py"))
+        .arg(&tar)
+        .arg(format!("{repo}:{tag}"))
+        .args(["--entrypoint=/bin/sh", "--entrypoint=-c"])
+        .arg(format!("--entrypoint={script}"))
+        .arg("/bin/busybox=/bin/busybox")
+        .args(["sh", "mkdir", "echo", "hostname", "httpd"].map(|a| format!("/bin/{a}->busybox")))
+        .status()
+        .expect("run scripts/node/oci-image.py");
+    assert!(status.success(), "oci-image.py of the hello app failed");
+    cp.import_image(&tar);
+    (repo, tag)
+}
+
+/// `GET http://IP:PORT/` from inside the network namespace of `pid`; the body.
+fn http_from(pid: u32, ip: &str, port: i32) -> Option<String> {
+    let out = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-n", "--"])
+        .args(["curl", "-sf", "--max-time", "2"])
+        .arg(format!("http://{ip}:{port}/"))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl RealNode {
+    /// The leader Service's ready endpoint: (address, port), once its slice has exactly one.
+    fn leader_endpoint(&self) -> Option<(String, i32)> {
+        let api: Api<EndpointSlice> = Api::namespaced(self.cp.client.clone(), &self.ns);
+        let sel = format!("kubernetes.io/service-name={}", self.service);
+        let slices = self
+            .cp
+            .block_on(api.list(&ListParams::default().labels(&sel)))
+            .ok()?
+            .items;
+        let ports: Vec<i32> = slices
+            .iter()
+            .flat_map(|s| s.ports.iter().flatten())
+            .filter_map(|p| p.port)
+            .collect();
+        let addrs = self.leader_slice();
+        (addrs.len() == 1 && ports.len() == 1)
+            .then(|| (addrs.into_iter().next().unwrap(), ports[0]))
+    }
+
+    /// A request through the leader Service, sent from a pod other than `leader`: it must reach
+    /// `leader`'s app (the hello app answers with its pod's name). The body.
+    fn request_reaches(&self, leader: &str) -> String {
+        wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
+            let (ip, port) = self.leader_endpoint()?;
+            let from = self.live().into_iter().find(|p| name(p) != leader)?;
+            let body = http_from(app_pid(&self.cp, &from)?, &ip, port)?;
+            body.contains(&format!("hello from {leader}"))
+                .then_some(format!("{ip}:{port} -> {}", body.trim()))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no request through the leader Service reached {leader}'s app: endpoint {:?}",
+                self.leader_endpoint()
+            )
+        })
+    }
+}
+
+/// The README's install route, as written: build the image (`./scripts/image.sh build`), load it
+/// (kind's line, mapped to the node's import), `helm install` of the README's `my-values.yaml`
+/// (with the hello app, which names no ports, in place of `registry.example.com/my-app`, and the
+/// test's Redis), the README's `kubectl get pods`. Then: one leader labelled; a request through
+/// the leader Service reaches the leader pod's app; `kubectl delete pod` of the leader moves
+/// the leader, the label and the Service's endpoint; the install page's uninstall section leaves
+/// no object behind, and in Redis only what it says.
+#[test]
+fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
+    let node = RealNode::up();
+    let mut work = Workdir::new();
+    let (hello_repo, hello_tag) = hello_image(&node.cp);
+
+    // 1. The image, as the README builds and loads it.
+    for line in commands(&documented("README.md", "readme-image")) {
+        if let Some(archive) = line.strip_prefix("kind load image-archive ") {
+            node.cp.import_image(&work.path().join(archive.trim()));
+            report("docs: mapped", format!("`{line}` -> ctr images import"));
+        } else {
+            work.run(&node.cp, &line);
+        }
+    }
+
+    // 2. The README's values, with the user's image and Redis replaced.
+    let mut values = documented("README.md", "readme-values");
+    values = swap(&values, "registry.example.com/my-app", hello_repo, "values");
+    values = swap(
+        &values,
+        "tag: \"1.4.2\"",
+        &format!("tag: \"{hello_tag}\""),
+        "values",
+    );
+    for (i, host) in ["redis-a", "redis-b", "redis-c"].iter().enumerate() {
+        let documented_ep = format!("redis://{host}.redis:6379");
+        values = swap(&values, &documented_ep, &node.endpoints[i], "values");
+    }
+    work.write("my-values.yaml", &values);
+
+    // 3. helm install and kubectl get, verbatim.
+    let install = commands(&documented("README.md", "readme-install"));
+    assert!(
+        install[0].starts_with("helm install my-app ./charts/redlock-elector -n my-ns"),
+        "the README's install command changed: {install:?}"
+    );
+    let t0 = Instant::now();
+    for line in &install {
+        work.run(&node.cp, line);
+    }
+    let rn = node.workload(
+        "my-ns",
+        "app.kubernetes.io/instance=my-app",
+        "my-app-redlock-elector-leader",
+    );
+    let leader = rn.settled(3, Duration::from_secs(240));
+    report(
+        "docs: README route, helm install -> one leader labelled",
+        format!("{:?} ({leader})", t0.elapsed()),
+    );
+    let listed = work.run(&rn.cp, &install[1]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&leader) && l.contains("leader")),
+        "the README's kubectl get does not show {leader} as leader:\n{listed}"
+    );
+    rn.slice_lists_only(&leader, Duration::from_secs(60));
+    report(
+        "docs: a request through the leader Service",
+        rn.request_reaches(&leader),
+    );
+
+    // 4. kubectl delete pod of the leader: the leader, the label and the endpoint move.
+    let t0 = Instant::now();
+    rn.cp
+        .kubectl(&["delete", "pod", "-n", "my-ns", &leader, "--wait=false"]);
+    let next = wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
+        rn.sidecar_leader().filter(|l| *l != leader)
+    })
+    .expect("no other pod leads after kubectl delete pod of the leader");
+    rn.slice_lists_only(&next, Duration::from_secs(60));
+    report(
+        "docs: kubectl delete pod of the leader -> the leader Service lists only the next leader",
+        format!("{:?} ({leader} -> {next})", t0.elapsed()),
+    );
+    report(
+        "docs: a request through the leader Service after the move",
+        rn.request_reaches(&next),
+    );
+
+    // 5. The install page's uninstall section, as written.
+    for line in commands(&documented("docs/operating/install.md", "uninstall")) {
+        work.run(&rn.cp, &line);
+    }
+    let left = wait_for(Duration::from_secs(120), Duration::from_millis(500), || {
+        let out = rn.cp.kubectl(&[
+            "get",
+            "all,configmap,serviceaccount,role,rolebinding,poddisruptionbudget,endpointslice",
+            "-n",
+            "my-ns",
+            "-l",
+            "app.kubernetes.io/instance=my-app",
+            "-o",
+            "name",
+        ]);
+        out.trim().is_empty().then_some(())
+    });
+    assert!(
+        left.is_some(),
+        "objects left after the documented uninstall:\n{}",
+        rn.cp
+            .kubectl(&["get", "all,configmap,role,rolebinding", "-n", "my-ns"])
+    );
+    // What stays in Redis: each key's name and whether it expires, on every node, against the
+    // page's list of what an uninstall leaves.
+    let page = std::fs::read_to_string(cluster::repo().join("docs/operating/install.md")).unwrap();
+    let redis_cli = |port: u16, args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("run redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for r in &rn._redis {
+        let keys = redis_cli(r.port, &["--scan"]);
+        for key in keys.lines().filter(|k| !k.is_empty()) {
+            let pttl = redis_cli(r.port, &["pttl", key]);
+            report(
+                &format!("docs: left in Redis on :{}", r.port),
+                format!("{key} (pttl {})", pttl.trim()),
+            );
+            let shown = key.replace("my-app", "LEASE");
+            assert!(
+                page.contains(&format!("`{shown}`")),
+                "the uninstall section does not name `{shown}`, which the uninstall left in Redis"
+            );
+        }
+    }
+}
