@@ -189,7 +189,7 @@ def write_component(out: Path) -> None:
         }},
     }
     # The config's checksum annotation: the generator's hash suffix rolls the pods instead. The
-    # handover annotation stays: the chart's `auto` minReadySeconds looks for pods without it.
+    # handover annotation stays: it tells the pods of a build before the release proof apart.
     annotations = patch["spec"]["template"]["metadata"]["annotations"]
     annotations.pop("checksum/redlock-elector-config")
     root = out / "components" / "sidecar"

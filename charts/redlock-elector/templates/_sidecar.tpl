@@ -167,6 +167,7 @@ failureThreshold: {{ $p.failureThreshold }}
 
 {{- define "redlock-elector.podAnnotations" -}}
 checksum/redlock-elector-config: {{ include "redlock-elector.configFile" . | trim | sha256sum }}
-{{/* The sidecar's handover protocol; `auto` minReadySeconds looks for pods without it. */ -}}
+{{/* The sidecar's handover protocol: a pod without it runs a build before the release proof
+(docs/operating/upgrade-mixed-fleet.md shows how to list them). */ -}}
 redlock-elector/handover: release-proof
 {{- end -}}
