@@ -573,7 +573,9 @@ def test_default_image_is_the_published_one_and_artifact_hub_lists_it():
     assert ref == f"{image['repository']}:{meta['appVersion']}"
     listed = yaml.safe_load(meta["annotations"]["artifacthub.io/images"])
     assert [i["image"] for i in listed] == [ref]
-    assert meta["kubeVersion"] == ">=1.29.0-0", "the native-sidecar floor"
+    # The non-native form's floor (unhealthyPodEvictionPolicy on by default from 1.27); the
+    # templates refuse native sidecars below 1.29 themselves.
+    assert meta["kubeVersion"] == ">=1.27.0-0", "the floor of sidecar.native=false"
 
 
 def test_native_sidecar_refused_before_kubernetes_1_29(capfd):
