@@ -534,6 +534,34 @@ def test_rendered_config_passes_check_config(renders, case, tmp_path):
     assert secret not in proc.stdout + proc.stderr, "check-config leaked the password"
 
 
+@pytest.mark.parametrize("bind,listen", [
+    ("0.0.0.0", "0.0.0.0:4041"),      # the default: every IPv4 address
+    ("[::]", "[::]:4041"),            # IPv6-only clusters
+    ("::", "[::]:4041"),              # brackets added
+    ("fd00::7", "[fd00::7]:4041"),
+])
+def test_ops_bind_address_sets_ops_listen_and_the_binary_takes_it(bind, listen, tmp_path):
+    objects = render_with("defaults", sidecar={"opsBindAddress": bind})
+    cfg = config_of(objects)
+    assert cfg["ops"]["listen"] == listen
+    # The probes and the PodMonitor name the port, not the address: nothing else changes.
+    assert sidecar_of(pod_spec(elector_pod(objects)))["ports"][0]["containerPort"] == 4041
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDLOCK_ELECTOR_", "KUBERNETES_"))}
+    proc = subprocess.run([binary(), "check-config", str(path)], capture_output=True, text=True,
+                          env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["ops"]["listen"] == listen
+
+
+def test_ops_bind_address_refuses_what_is_not_an_address():
+    assert chartlib.load_values(chartlib.CHART / "values.yaml")["sidecar"]["opsBindAddress"] == "0.0.0.0"
+    for bad in ("", "localhost", "0.0.0.0:4041", "[::"):
+        with pytest.raises(Exception, match="opsBindAddress"):
+            render_with("defaults", sidecar={"opsBindAddress": bad})
+
+
 def test_check_config_rejects_a_broken_rendered_config(renders, tmp_path):
     cfg = config_of(renders["defaults"])
     cfg["lease"]["ttl"] = "10"
