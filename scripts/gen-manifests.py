@@ -204,7 +204,7 @@ def write_component(out: Path) -> None:
     root = out / "components" / "sidecar"
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.example.yaml").write_text(
-        "# An example of the sidecar's config (SPEC \"Config file\"), as the chart renders it. The\n"
+        "# An example of the sidecar's config (docs/reference/configuration.md), as the chart renders it. The\n"
         "# Component does not generate the ConfigMap: your overlay does, from your config file:\n"
         "#   configMapGenerator: [{name: redlock-elector-config, files: [config.yaml]}]\n"
         "# lease.name is overridden by the pod label redlock-elector/lease (REDLOCK_ELECTOR_LEASE_NAME).\n"
@@ -316,7 +316,7 @@ patches:
 """
 
 EXAMPLE_CONFIG = """\
-# Your sidecar config (SPEC "Config file"): your Redis masters, your lease.
+# Your sidecar config (every setting: docs/reference/configuration.md): your Redis masters, your lease.
 lease:
   name: web
   ttl: 10s

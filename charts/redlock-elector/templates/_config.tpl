@@ -1,5 +1,5 @@
 {{/*
-The sidecar's config file (SPEC "Config file"), from .values.config. Empty strings mean "the
+The sidecar's config file (docs/reference/configuration.md), from .values.config. Empty strings mean "the
 binary's default" and are left out, so the file holds only what was chosen.
 Argument: (dict "root" $ "values" <values>).
 */}}
