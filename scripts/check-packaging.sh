@@ -10,9 +10,11 @@
 #                                         target/static/...) instead of building it
 #
 # Steps: tools -> helm lint + render (every ci/*.yaml and the parent example) -> the helm CLI
-# (lint --strict, template at the oldest and newest Kubernetes, with/without CRD APIs, 1.28 refused) -> kubernetes-
-# validate --strict (1.29 and newest) of renders and manifests/ -> CRD objects -> manifests/ up
-# to date -> kustomize build -> hadolint -> static binary build + smoke -> pytest assertions.
+# (lint --strict, template at 1.29 and the newest Kubernetes, with/without CRD APIs; the
+# non-native case also at 1.27, Chart.yaml's floor; native sidecars refused at 1.28, everything
+# at 1.26) -> kubernetes-validate --strict (1.29 and newest; the non-native render at 1.27) of
+# renders and manifests/ -> CRD objects -> manifests/ up to date -> kustomize build -> hadolint
+# -> static binary build + smoke -> pytest assertions.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,7 +22,11 @@ cd "$REPO"
 VENV="$REPO/.venv-tools"
 OUT="$REPO/target/packaging"
 REQS="$REPO/tests/packaging/requirements.txt"
+# The oldest Kubernetes with native sidecars on by default (the chart's default form), and the
+# oldest Chart.yaml's kubeVersion allows (sidecar.native=false).
 KUBE_MIN=1.29.0
+KUBE_FLOOR=1.27.0
+NATIVE_OFF=charts/redlock-elector/ci/native-off-values.yaml
 # Where scripts/image.sh builds the static binary (a separate target dir keeps the normal build
 # cache, target/release and target/debug, intact).
 STATIC_TARGET_DIR="$REPO/target/static"
@@ -51,17 +57,20 @@ rm -rf "$OUT/rendered"
 # The `helm` users run (v4, built from helm.sh/helm/v4 by scripts/control-plane.sh; cached after
 # the first build). Unlike the SDK above it takes --kube-version and --api-versions, so the
 # chart's Capabilities guard is checked at the edges: every ci/ case lints strict and renders at
-# Kubernetes $KUBE_MIN and the newest built, with and without the prometheus-operator API
-# announced (the chart gates PodMonitor/PrometheusRule on values, so a cluster without the CRDs
-# must still render), and native sidecars are refused below 1.29 with the chart's own message.
-step "helm CLI: lint --strict and template of every ci/*.yaml at Kubernetes $KUBE_MIN and the newest, Kubernetes < 1.29 refused"
+# Kubernetes $KUBE_MIN and the newest built (the non-native case also at $KUBE_FLOOR), with and
+# without the prometheus-operator API announced (the chart gates PodMonitor/PrometheusRule on
+# values, so a cluster without the CRDs must still render), native sidecars are refused below
+# 1.29 with the chart's own message, and any form below $KUBE_FLOOR by Chart.yaml's kubeVersion.
+step "helm CLI: lint --strict and template of every ci/*.yaml at Kubernetes $KUBE_MIN and the newest (native off: $KUBE_FLOOR too), native refused at 1.28, 1.26 refused"
 HELM_BIN="$(scripts/control-plane.sh build)/helm" \
   || die "the helm CLI is not built: scripts/control-plane.sh build needs Go 1.26 and the Go module proxy (see docs/development.md)"
 "$HELM_BIN" version --short | sed 's/^/    /'
 KUBE_CP="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { sub(/^v/, "", $2); print $2; exit }' tests/control-plane/kubernetes/go.mod)"
 [ -n "$KUBE_CP" ] || die "cannot read the Kubernetes version from tests/control-plane/kubernetes/go.mod"
 for values in charts/redlock-elector/ci/*.yaml; do
-  for kube in "$KUBE_MIN" "$KUBE_CP"; do
+  kubes=("$KUBE_MIN" "$KUBE_CP")
+  [ "$values" = "$NATIVE_OFF" ] && kubes=("$KUBE_FLOOR" "${kubes[@]}")
+  for kube in "${kubes[@]}"; do
     "$HELM_BIN" lint --strict --quiet --kube-version "$kube" -f "$values" charts/redlock-elector > "$OUT/helm-cli.log" 2>&1 \
       || { cat "$OUT/helm-cli.log"; die "helm lint --strict --kube-version $kube -f $values failed"; }
     for apis in "" "--api-versions=monitoring.coreos.com/v1"; do
@@ -70,17 +79,24 @@ for values in charts/redlock-elector/ci/*.yaml; do
         || { cat "$OUT/helm-cli.log"; die "helm template --kube-version $kube $apis -f $values failed"; }
     done
   done
-  echo "    $(basename "$values"): lint and template at $KUBE_MIN and $KUBE_CP"
+  echo "    $(basename "$values"): lint and template at ${kubes[*]}"
 done
 DEFAULTS=charts/redlock-elector/ci/defaults-values.yaml
-# Chart.yaml's kubeVersion (>=1.29.0-0, the native-sidecar floor) refuses older clusters outright;
-# the templates' own guard stays for parent charts that include the sidecar (see test_chart.py).
+# At 1.27 and 1.28 Chart.yaml's kubeVersion (>=1.27.0-0, the non-native form's floor) lets the
+# chart through, and the templates refuse the native sidecar (the default) with their own message;
+# below 1.27 kubeVersion refuses any form.
 if "$HELM_BIN" template demo charts/redlock-elector --kube-version 1.28.0 -f "$DEFAULTS" > /dev/null 2> "$OUT/helm-cli.log"; then
-  die "helm template --kube-version 1.28.0 rendered; Chart.yaml's kubeVersion must refuse Kubernetes < 1.29"
+  die "helm template --kube-version 1.28.0 rendered a native sidecar; the templates must refuse it below 1.29"
+fi
+grep -q "sidecar.native=true needs Kubernetes >= 1.29" "$OUT/helm-cli.log" \
+  || { cat "$OUT/helm-cli.log"; die "helm template at 1.28 failed, but not with the chart's native-sidecar message"; }
+echo "    1.28, native sidecar: refused ($(tr -d '\n' < "$OUT/helm-cli.log" | cut -c1-160))"
+if "$HELM_BIN" template demo charts/redlock-elector --kube-version 1.26.0 -f "$NATIVE_OFF" > /dev/null 2> "$OUT/helm-cli.log"; then
+  die "helm template --kube-version 1.26.0 rendered; Chart.yaml's kubeVersion must refuse Kubernetes < $KUBE_FLOOR"
 fi
 grep -q "kubeVersion" "$OUT/helm-cli.log" \
-  || { cat "$OUT/helm-cli.log"; die "helm template at 1.28 failed, but not on the chart's kubeVersion"; }
-echo "    1.28: refused by kubeVersion ($(tr -d '\n' < "$OUT/helm-cli.log" | cut -c1-120))"
+  || { cat "$OUT/helm-cli.log"; die "helm template at 1.26 failed, but not on the chart's kubeVersion"; }
+echo "    1.26, native off: refused by kubeVersion ($(tr -d '\n' < "$OUT/helm-cli.log" | cut -c1-120))"
 
 # The post-renderer route for third-party charts, through the helm CLI itself: the plugin
 # installed into a private plugin dir, `helm template --post-renderer` of a stand-in chart.
@@ -114,9 +130,11 @@ EOF2
 # ---------------------------------------------------------------------- kubernetes-validate
 validate() {
   # kubernetes-validate has no schemas for CRDs (PodMonitor, PrometheusRule); it warns and those
-  # are checked by validate_crds.py. Any other warning or error fails.
-  local log="$OUT/validate.log"
-  "$VENV/bin/kubernetes-validate" --strict --quiet -k "$KUBE_MIN" -k "$KUBE_NEWEST" "$@" > "$log" 2>&1 \
+  # are checked by validate_crds.py. Any other warning or error fails. Versions: $KUBE_VERSIONS,
+  # by default $KUBE_MIN and $KUBE_NEWEST.
+  local log="$OUT/validate.log" k=()
+  for v in ${KUBE_VERSIONS:-$KUBE_MIN $KUBE_NEWEST}; do k+=(-k "$v"); done
+  "$VENV/bin/kubernetes-validate" --strict --quiet "${k[@]}" "$@" > "$log" 2>&1 \
     || { cat "$log"; die "kubernetes-validate --strict failed"; }
   if grep -v "Couldn't find schema for kind \(PodMonitor\|PrometheusRule\) with api version monitoring.coreos.com/v1" "$log" | grep -q .; then
     cat "$log"; die "kubernetes-validate printed unexpected warnings"
@@ -126,6 +144,9 @@ validate() {
 step "kubernetes-validate --strict, Kubernetes $KUBE_MIN and $KUBE_NEWEST: rendered chart"
 validate "$OUT"/rendered/*.yaml "$OUT/post-rendered.yaml"
 echo "    $(cat "$OUT"/rendered/*.yaml | grep -c '^kind:') objects valid"
+step "kubernetes-validate --strict, Kubernetes $KUBE_FLOOR (Chart.yaml's kubeVersion): the render with sidecar.native=false"
+KUBE_VERSIONS="$KUBE_FLOOR" validate "$OUT/rendered/native-off.yaml"
+echo "    $(grep -c '^kind:' "$OUT/rendered/native-off.yaml") objects valid"
 step "prometheus-operator objects against the CRD models"
 "$PY" tests/packaging/validate_crds.py "$OUT"/rendered/*.yaml | sed 's/^/    /'
 [ "${PIPESTATUS[0]}" = 0 ] || die "PodMonitor/PrometheusRule validation failed"

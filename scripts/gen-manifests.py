@@ -71,8 +71,17 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
+def role_comment(role: dict) -> str:
+    """A comment over the Role naming its verbs, made from its rules so that the two agree."""
+    rules = "; ".join(f"{', '.join(r['resources'])} {', '.join(r['verbs'])}" for r in role["rules"])
+    return (f"# What the sidecar uses, in its own namespace only: {rules}.\n"
+            "# Why each verb: docs/operating/kubernetes.md#rbac\n")
+
+
 def dump(objs: list[dict]) -> str:
-    return HEADER + "".join("---\n" + yaml.dump(o, Dumper=_Dumper, sort_keys=False) for o in objs)
+    return HEADER + "".join(
+        "---\n" + (role_comment(o) if o["kind"] == "Role" else "") + yaml.dump(o, Dumper=_Dumper, sort_keys=False)
+        for o in objs)
 
 
 def main() -> int:
@@ -189,13 +198,13 @@ def write_component(out: Path) -> None:
         }},
     }
     # The config's checksum annotation: the generator's hash suffix rolls the pods instead. The
-    # handover annotation stays: the chart's `auto` minReadySeconds looks for pods without it.
+    # handover annotation stays: it tells the pods of a build before the release proof apart.
     annotations = patch["spec"]["template"]["metadata"]["annotations"]
     annotations.pop("checksum/redlock-elector-config")
     root = out / "components" / "sidecar"
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.example.yaml").write_text(
-        "# An example of the sidecar's config (SPEC \"Config file\"), as the chart renders it. The\n"
+        "# An example of the sidecar's config (docs/reference/configuration.md), as the chart renders it. The\n"
         "# Component does not generate the ConfigMap: your overlay does, from your config file:\n"
         "#   configMapGenerator: [{name: redlock-elector-config, files: [config.yaml]}]\n"
         "# lease.name is overridden by the pod label redlock-elector/lease (REDLOCK_ELECTOR_LEASE_NAME).\n"
@@ -307,7 +316,7 @@ patches:
 """
 
 EXAMPLE_CONFIG = """\
-# Your sidecar config (SPEC "Config file"): your Redis masters, your lease.
+# Your sidecar config (every setting: docs/reference/configuration.md): your Redis masters, your lease.
 lease:
   name: web
   ttl: 10s

@@ -5,10 +5,15 @@
 # control-plane tests and check-packaging.sh (its helm comes from the Go build) come last.
 #
 #   ./scripts/test.sh            everything
-#   ./scripts/test.sh --rust     only the Rust tests
+#   ./scripts/test.sh --rust     only the Rust tests: unit + integration (every test but the
+#                                control-plane ones, cp_*), the Valkey and mixed runs and the model
+#                                check. No control-plane prerequisites or Go build, no image
+#                                build, no cp_* tests, no scripts/check-*.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+RUST_ONLY=""
+[ "${1:-}" = "--rust" ] && RUST_ONLY=1
 
 ensure_apt redis-server redis-server
 ensure_apt openssl openssl      # tests/suite/managed_redis.rs makes its CA, server and client certificates with it
@@ -29,21 +34,23 @@ ensure_apt node nodejs          #   shell (curl + jq), Python, Node (18+: built-
 # first run), and those tests run last. No Go, or a failed build, fails the run loudly.
 # The real node's Debian packages now, before any test reads the host's state (a package's own
 # service, where one starts, is then part of the "before" that cp_node_down_leaves_nothing_behind
-# compares with).
-scripts/control-plane.sh prereqs
-CP_BUILD_LOG="$(mktemp -t control-plane-build.XXXXXX)"
-setsid scripts/control-plane.sh build > "$CP_BUILD_LOG" 2>&1 < /dev/null &
-CP_BUILD=$!
-# The image's static release binary and crane (scripts/image.sh; the real-node tests and
-# check-image.sh use them) build beside it, at the lowest priority, so they cost the suite only
-# the CPU its tests leave idle. If this fails, the tests that need it build it again and fail
-# loudly there.
-IMAGE_BUILD_LOG="$(mktemp -t image-build.XXXXXX)"
-# (setsid gives it an autogroup of its own, which the kernel would give an equal share of the
-# CPU whatever the nice values inside: the group's own priority is lowered first.)
-setsid nice -n 19 bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true; scripts/image.sh binary && scripts/image.sh crane' > "$IMAGE_BUILD_LOG" 2>&1 < /dev/null &
-IMAGE_BUILD=$!
-trap 'kill -- -"$CP_BUILD" -"$IMAGE_BUILD" 2>/dev/null || true' EXIT
+# compares with). --rust skips all of this: it runs no cp_* test and builds no image.
+if [ -z "$RUST_ONLY" ]; then
+  scripts/control-plane.sh prereqs
+  CP_BUILD_LOG="$(mktemp -t control-plane-build.XXXXXX)"
+  setsid scripts/control-plane.sh build > "$CP_BUILD_LOG" 2>&1 < /dev/null &
+  CP_BUILD=$!
+  # The image's static release binary and crane (scripts/image.sh; the real-node tests and
+  # check-image.sh use them) build beside it, at the lowest priority, so they cost the suite only
+  # the CPU its tests leave idle. If this fails, the tests that need it build it again and fail
+  # loudly there.
+  IMAGE_BUILD_LOG="$(mktemp -t image-build.XXXXXX)"
+  # (setsid gives it an autogroup of its own, which the kernel would give an equal share of the
+  # CPU whatever the nice values inside: the group's own priority is lowered first.)
+  setsid nice -n 19 bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true; scripts/image.sh binary && scripts/image.sh crane' > "$IMAGE_BUILD_LOG" 2>&1 < /dev/null &
+  IMAGE_BUILD=$!
+  trap 'kill -- -"$CP_BUILD" -"$IMAGE_BUILD" 2>/dev/null || true' EXIT
+fi
 
 # Every test runs on the release build, the one that ships: the model check and the benchmark
 # need it anyway, and one build of the dependency tree (with the dev-dependencies' features)
@@ -73,6 +80,11 @@ done
 echo "== cargo test --release --test model (stateright model check: each hazard off and on; S1, S2, the release proof's invariant)"
 cargo test --locked --release --test model -- --test-threads=1
 
+if [ -n "$RUST_ONLY" ]; then
+  echo "== the Rust tests passed (--rust: no control-plane build, no image, no cp_* tests, no check scripts)"
+  exit 0
+fi
+
 # From here on the foreground needs the image's binary (check-image.sh, the real-node tests). A
 # background build still running at the lowest priority would hold the foreground up behind it
 # (cargo's lock on target/static) while getting only the CPU that others leave: it is raised to
@@ -89,13 +101,11 @@ echo "-- the image's binary and crane ready after $((SECONDS - t0)) s more"
 # may still be going (on a fresh machine it is the longest step): the CPU-heavy release builds
 # here overlap it instead of waiting for it. check-packaging.sh runs the helm that build makes.
 shopt -s nullglob
-if [ "${1:-}" != "--rust" ]; then
-  for check in scripts/check-*.sh; do
-    [ "$check" = scripts/check-packaging.sh ] && continue
-    echo "== $check"
-    bash "$check"
-  done
-fi
+for check in scripts/check-*.sh; do
+  [ "$check" = scripts/check-packaging.sh ] && continue
+  echo "== $check"
+  bash "$check"
+done
 
 echo "== waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)"
 t0=$SECONDS
@@ -112,7 +122,6 @@ trap - EXIT
 echo "== cargo test: the real control plane (tests/suite/control_plane*.rs; one control plane at a time)"
 cargo test --locked --release --test suite -- --test-threads=1 cp_
 
-if [ "${1:-}" = "--rust" ]; then exit 0; fi
 echo "== scripts/check-packaging.sh"
 bash scripts/check-packaging.sh
 echo "== all tests passed"

@@ -55,7 +55,7 @@ CLOCKSHIFT_SRC = REPO / "tests/clockshift/clockshift.c"
 CLOCK_JUMP_MS = 5000  # far beyond the detection allowance (ms), small enough to leave no long-lived key
 RETRY = "300ms"
 
-# SPEC's metrics and the ones the dashboard and alerts rely on.
+# The metrics docs/reference/metrics.md lists that the dashboard and alerts rely on.
 REQUIRED_METRICS = {f"redlock_elector_{m}" for m in (
     "is_leader leader_transitions_total acquire_attempts_total renewals_total lease_valid_seconds "
     "fencing_token acquire_duration_seconds redis_up redis_quarantined redis_command_duration_seconds "

@@ -21,7 +21,9 @@ CI_DIR = CHART / "ci"
 RELEASE = "demo"
 NAMESPACE = "demo-ns"
 # Kubernetes versions everything is validated against: the oldest with native sidecars on by
-# default, and the newest kubernetes-validate knows (filled in by check-packaging.sh).
+# default (the chart's default form), and the newest kubernetes-validate knows (filled in by
+# check-packaging.sh). Chart.yaml's kubeVersion allows 1.27 for sidecar.native=false;
+# check-packaging.sh checks that form there with the helm CLI and kubernetes-validate.
 KUBE_MIN = "1.29.0"
 
 

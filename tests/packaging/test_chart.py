@@ -534,6 +534,34 @@ def test_rendered_config_passes_check_config(renders, case, tmp_path):
     assert secret not in proc.stdout + proc.stderr, "check-config leaked the password"
 
 
+@pytest.mark.parametrize("bind,listen", [
+    ("0.0.0.0", "0.0.0.0:4041"),      # the default: every IPv4 address
+    ("[::]", "[::]:4041"),            # IPv6-only clusters
+    ("::", "[::]:4041"),              # brackets added
+    ("fd00::7", "[fd00::7]:4041"),
+])
+def test_ops_bind_address_sets_ops_listen_and_the_binary_takes_it(bind, listen, tmp_path):
+    objects = render_with("defaults", sidecar={"opsBindAddress": bind})
+    cfg = config_of(objects)
+    assert cfg["ops"]["listen"] == listen
+    # The probes and the PodMonitor name the port, not the address: nothing else changes.
+    assert sidecar_of(pod_spec(elector_pod(objects)))["ports"][0]["containerPort"] == 4041
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDLOCK_ELECTOR_", "KUBERNETES_"))}
+    proc = subprocess.run([binary(), "check-config", str(path)], capture_output=True, text=True,
+                          env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["ops"]["listen"] == listen
+
+
+def test_ops_bind_address_refuses_what_is_not_an_address():
+    assert chartlib.load_values(chartlib.CHART / "values.yaml")["sidecar"]["opsBindAddress"] == "0.0.0.0"
+    for bad in ("", "localhost", "0.0.0.0:4041", "[::"):
+        with pytest.raises(Exception, match="opsBindAddress"):
+            render_with("defaults", sidecar={"opsBindAddress": bad})
+
+
 def test_check_config_rejects_a_broken_rendered_config(renders, tmp_path):
     cfg = config_of(renders["defaults"])
     cfg["lease"]["ttl"] = "10"
@@ -573,7 +601,9 @@ def test_default_image_is_the_published_one_and_artifact_hub_lists_it():
     assert ref == f"{image['repository']}:{meta['appVersion']}"
     listed = yaml.safe_load(meta["annotations"]["artifacthub.io/images"])
     assert [i["image"] for i in listed] == [ref]
-    assert meta["kubeVersion"] == ">=1.29.0-0", "the native-sidecar floor"
+    # The non-native form's floor (unhealthyPodEvictionPolicy on by default from 1.27); the
+    # templates refuse native sidecars below 1.29 themselves.
+    assert meta["kubeVersion"] == ">=1.27.0-0", "the floor of sidecar.native=false"
 
 
 def test_native_sidecar_refused_before_kubernetes_1_29(capfd):
@@ -710,23 +740,34 @@ def test_spread_presets():
     assert sched(affinity=mine)[0] == mine
 
 
-def test_min_ready_seconds_auto_is_two_whatever_the_ttl():
-    # `auto` is the default. Offline (no cluster for `lookup`: no pod without the release proof
-    # is seen) it is what the startup probe and a graceful handover need, at any ttl. The other
-    # branch (pods of an older release running) is checked on the real cluster:
-    # control_plane_node.rs, cp_real_node_runs_the_chart_deletes_and_rolls_the_leader.
-    assert chartlib.load_values(chartlib.CHART / "values.yaml")["workload"]["minReadySeconds"] == "auto"
+def test_min_ready_seconds_is_two_whatever_the_ttl_and_a_number_only(tmp_path):
+    # The default is a plain 2: what the startup probe and a graceful handover need, at any ttl.
+    # No `lookup`: the render does not depend on the cluster's pods.
+    assert chartlib.load_values(chartlib.CHART / "values.yaml")["workload"]["minReadySeconds"] == 2
+    assert "lookup" not in "".join(p.read_text() for p in (chartlib.CHART / "templates").iterdir())
     for ttl in ("1s", "10s", "1m"):
         objects = render_with("defaults", config={"lease": {"ttl": ttl}})
         assert elector_pod(objects)["spec"]["minReadySeconds"] == 2, ttl
-    # Every pod template carries the annotation that `auto` looks for.
+    # Every pod template carries the annotation that tells pods of a build before the release
+    # proof apart (docs/operating/upgrade-mixed-fleet.md lists them by it).
     meta = elector_pod(render_with("defaults"))["spec"]["template"]["metadata"]
     assert meta["annotations"]["redlock-elector/handover"] == "release-proof"
-    # A number is used as is; 0 leaves the field out; anything else is refused by the schema.
-    assert elector_pod(render_with("defaults", workload={"minReadySeconds": 7}))["spec"]["minReadySeconds"] == 7
+    # A number is used as is (13: the upgrade from a build without the proof, set by hand); 0
+    # leaves the field out; anything else, `auto` included, is refused by the schema.
+    assert elector_pod(render_with("defaults", workload={"minReadySeconds": 13}))["spec"]["minReadySeconds"] == 13
     assert "minReadySeconds" not in elector_pod(render_with("defaults", workload={"minReadySeconds": 0}))["spec"]
-    with pytest.raises(Exception, match="minReadySeconds"):
-        render_with("defaults", workload={"minReadySeconds": "sometimes"})
+    for bad in ("auto", "sometimes", -1, 2.5):
+        with pytest.raises(Exception, match="minReadySeconds"):
+            render_with("defaults", workload={"minReadySeconds": bad})
+    # Without the schema (helm --skip-schema-validation) the template refuses `auto` itself and
+    # names the figure for the upgrade from a build without the proof at this ttl.
+    chart = tmp_path / "redlock-elector"
+    shutil.copytree(chartlib.CHART, chart)
+    (chart / "values.schema.json").unlink()
+    vals = values("defaults")
+    vals["workload"] = {**vals.get("workload", {}), "minReadySeconds": "auto"}
+    with pytest.raises(Exception, match=r"workload.minReadySeconds is \"auto\"; set a number of seconds.*13 at"):
+        chartlib.render_chart(vals, chart=chart)
 
 
 @pytest.mark.parametrize("ttl,drift,want", [

@@ -200,8 +200,8 @@ fn rolling_updates(prefer: &str, min_ready: Option<u64>) -> Vec<(usize, Duration
     );
     let deploy = rel.full_name();
     let applied = cp.min_ready_seconds(&rel.ns, &deploy);
-    // `auto`, with every pod carrying the release proof's annotation: what the startup probe and
-    // the handover need, whatever the ttl.
+    // The chart's default, 2: what the startup probe and the handover need, whatever the ttl; a
+    // number set is used as is (0: not set).
     assert_eq!(
         applied,
         Some(min_ready.unwrap_or(2)).filter(|m| *m > 0),
@@ -267,7 +267,7 @@ fn dump_logs(runs: &Arc<Mutex<std::collections::HashMap<String, PodRun>>>, seq: 
     }
 }
 
-/// The chart's default `workload.minReadySeconds`, from its values.yaml (`auto`).
+/// The chart's default `workload.minReadySeconds`, from its values.yaml (2).
 fn chart_min_ready_seconds() -> String {
     let values =
         std::fs::read_to_string(cluster::repo().join("charts/redlock-elector/values.yaml"))

@@ -16,7 +16,8 @@ use serde_json::json;
 const TTL: Duration = Duration::from_secs(1);
 /// The usual SIGKILL failover bound (as in tests/suite/election.rs).
 const FAILOVER: Duration = Duration::from_millis(1000 + 200 + 500);
-/// Shutdown bound from SPEC (2×redis.timeout + 1s with the 50ms default) plus process slack.
+/// The shutdown bound (2×redis.timeout + 1s with the 50ms default; docs/operating/kubernetes.md)
+/// plus process slack.
 const SHUTDOWN: Duration = Duration::from_millis(2 * 50 + 1000 + 400);
 const SELECTOR: &str = "redlock-elector/lease=test,redlock-elector/role=leader";
 

@@ -96,7 +96,8 @@ fn warn_line(s: &Sidecar, endpoint: &str, reason: &str) -> Option<serde_json::Va
 
 /// Wait (up to `within` of harness time, generous for a loaded machine) for a warn line with
 /// `reason` for every endpoint; then check on the sidecar's own clock that each came within one
-/// second of its start line (SPEC S5). Returns the lines.
+/// second of its start line (docs/operating/managed-redis.md: logged on the first failure).
+/// Returns the lines.
 fn expect_warnings(s: &Sidecar, endpoints: &[String], reason: &str) -> Vec<serde_json::Value> {
     let lines = wait_for(Duration::from_secs(5), Duration::from_millis(20), || {
         endpoints

@@ -1,5 +1,5 @@
 {{/*
-The sidecar's config file (SPEC "Config file"), from .values.config. Empty strings mean "the
+The sidecar's config file (docs/reference/configuration.md), from .values.config. Empty strings mean "the
 binary's default" and are left out, so the file holds only what was chosen.
 Argument: (dict "root" $ "values" <values>).
 */}}
@@ -79,7 +79,7 @@ redis:
 api:
   listen: {{ printf "127.0.0.1:%d" (int .values.sidecar.apiPort) | quote }}
 ops:
-  listen: {{ printf "0.0.0.0:%d" (int .values.sidecar.opsPort) | quote }}
+  listen: {{ include "redlock-elector.opsListen" . | quote }}
 kubernetes:
   enabled: {{ $c.kubernetes.enabled }}
   label:
@@ -105,4 +105,16 @@ metadata:
 data:
   config.yaml: |
     {{- include "redlock-elector.configFile" . | trim | nindent 4 }}
+{{- end -}}
+
+{{/*
+The ops listener's address (ops.listen): sidecar.opsBindAddress and sidecar.opsPort. An IPv6
+address is bracketed ("::" and "[::]" both give "[::]:4041").
+*/}}
+{{- define "redlock-elector.opsListen" -}}
+{{- $host := .values.sidecar.opsBindAddress | trim -}}
+{{- if and (contains ":" $host) (not (hasPrefix "[" $host)) -}}
+{{- $host = printf "[%s]" $host -}}
+{{- end -}}
+{{- printf "%s:%d" $host (int .values.sidecar.opsPort) -}}
 {{- end -}}

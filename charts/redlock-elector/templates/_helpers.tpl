@@ -265,49 +265,16 @@ up: ttl + margin, margin = ttl × driftFactor + 2 ms (as the binary computes it)
 {{- end -}}
 
 {{/*
-The pods of this lease that run a release without the release proof: every running pod carrying
-the lease label but not the `redlock-elector/handover: release-proof` annotation that this chart
-(and the manifests) put on the pod template. Comma-separated names, empty when none.
-Read with `lookup`: it sees nothing where Helm has no cluster (`helm template`, a client-side
-dry run, tools that render charts offline), so there it is empty.
+minReadySeconds of the workload: workload.minReadySeconds, a number (0 = not set; 2 by default,
+what the sidecar's startup probe and a graceful handover need: a fresh sidecar takes a graceful
+handover at once on the release proof, so the ttl does not enter). values.schema.json refuses
+anything else; this guard gives the same answer, with the figure to set, where the schema is
+skipped (helm --skip-schema-validation).
 */}}
-{{- define "redlock-elector.preProofPods" -}}
-{{- $lease := include "redlock-elector.leaseName" . -}}
-{{- $found := list -}}
-{{- range (lookup "v1" "Pod" .root.Release.Namespace "").items | default list -}}
-{{- $running := not (has (dig "status" "phase" "" .) (list "Succeeded" "Failed")) -}}
-{{- if and $running (eq (dig "metadata" "labels" "redlock-elector/lease" "" .) $lease) (ne (dig "metadata" "annotations" "redlock-elector/handover" "" .) "release-proof") -}}
-{{- $found = append $found .metadata.name -}}
-{{- end -}}
-{{- end -}}
-{{- join "," $found -}}
-{{- end -}}
-
-{{/*
-minReadySeconds of the workload, and why, as YAML (`seconds`, `preProofPods`): workload.
-minReadySeconds when it is a number; with `auto` (the default) derived here from the lease:
-- 2 s, what the sidecar's startup probe and a graceful handover need. A fresh sidecar takes a
-  graceful handover at once on the release proof, so the ttl does not enter.
-- the clock watch rounded up, plus those 2 s, while pods of a release without the release proof
-  run (preProofPods, named in `preProofPods`): their leader writes no proof, so a fresh pod can
-  be handed the lease only once it has watched the nodes' clocks for ttl + margin (margin =
-  ttl × driftFactor + 2 ms, as the binary computes it): 13 s at the defaults. That is the one
-  upgrade, from such a release, where the ttl matters.
-One `lookup` per call: the workload and NOTES.txt each call it once.
-*/}}
-{{- define "redlock-elector.minReadySecondsDecision" -}}
-{{- $w := .values.workload.minReadySeconds -}}
-{{- $startup := 2 -}}
-{{- if ne (toString $w) "auto" -}}
-seconds: {{ $w }}
-{{- else -}}
-{{- $pods := include "redlock-elector.preProofPods" . -}}
-seconds: {{ ternary (add $startup (include "redlock-elector.clockWatchSeconds" .)) $startup (ne $pods "") }}
-preProofPods: {{ $pods | quote }}
-{{- end -}}
-{{- end -}}
-
-{{/* minReadySeconds of the workload (see minReadySecondsDecision), a number. */}}
 {{- define "redlock-elector.minReadySeconds" -}}
-{{- (include "redlock-elector.minReadySecondsDecision" . | fromYaml).seconds | int -}}
+{{- $w := .values.workload.minReadySeconds -}}
+{{- if and (not (kindIs "invalid" $w)) (not (has (kindOf $w) (list "int" "int64" "float64"))) -}}
+{{- fail (printf "redlock-elector: workload.minReadySeconds is %q; set a number of seconds (`auto` is gone): 2 is the default; for the one upgrade from a build without the release proof, the clock watch + 2 s, %d at this lease's ttl and driftFactor (docs/operating/upgrade-mixed-fleet.md)" (toString $w) (add 2 (include "redlock-elector.clockWatchSeconds" .))) -}}
+{{- end -}}
+{{- $w | int -}}
 {{- end -}}

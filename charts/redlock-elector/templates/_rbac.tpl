@@ -1,7 +1,10 @@
 {{/*
-RBAC for the sidecar: exactly what the binary uses, in its own namespace only.
-- pods get/watch/list/patch: follow its own pod (app health, readiness), label it, find and
-  demote a stale leader of the same lease;
+RBAC for the sidecar: exactly what the binary uses, in its own namespace only
+(docs/operating/kubernetes.md#rbac says why, verb by verb).
+- pods get: read its own pod (its standing as a candidate, its app containers' health);
+- pods watch: follow its own pod between reads (without it, a read every 2 s);
+- pods list: find other pods of the lease still labelled leader;
+- pods patch: label its own pod, demote a stale leader;
 - events create (core/v1): one leadership Event per change (never aggregated, so no patch).
 tests/packaging/expected-rbac.yaml holds the same rules; the packaging tests compare them.
 Argument: the context dict.

@@ -96,7 +96,9 @@ failureThreshold: {{ $p.failureThreshold }}
 {{- define "redlock-elector.sidecar.container" -}}
 {{- $s := .values.sidecar -}}
 {{- /* Before 1.29 the API server drops restartPolicy from init containers (unknown field) or
-       ignores it (feature gate off): the sidecar would then block the pod forever. */ -}}
+       ignores it (feature gate off): the sidecar would then block the pod forever. Chart.yaml's
+       kubeVersion (>= 1.27, for the non-native form) lets 1.27 and 1.28 through to here. `helm
+       template` without --kube-version assumes its own client's version, which is newer. */ -}}
 {{- if and $s.native (semverCompare "<1.29.0-0" .root.Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "redlock-elector: sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is %s: set sidecar.native=false" .root.Capabilities.KubeVersion.Version) -}}
 {{- end -}}
@@ -167,6 +169,7 @@ failureThreshold: {{ $p.failureThreshold }}
 
 {{- define "redlock-elector.podAnnotations" -}}
 checksum/redlock-elector-config: {{ include "redlock-elector.configFile" . | trim | sha256sum }}
-{{/* The sidecar's handover protocol; `auto` minReadySeconds looks for pods without it. */ -}}
+{{/* The sidecar's handover protocol: a pod without it runs a build before the release proof
+(docs/operating/upgrade-mixed-fleet.md shows how to list them). */ -}}
 redlock-elector/handover: release-proof
 {{- end -}}
