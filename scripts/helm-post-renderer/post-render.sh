@@ -15,9 +15,28 @@
 # REDLOCK_ELECTOR_COMPONENT overrides the Component's directory.
 set -euo pipefail
 
-here="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd -P)"
-component="${REDLOCK_ELECTOR_COMPONENT:-$here/../../manifests/components/sidecar}"
 die() { echo "redlock-elector post-render: $*" >&2; exit 1; }
+# Portable (bash and POSIX tools only: no GNU readlink -f or realpath, so it runs on macOS too).
+# This script's own directory, following symlinks to it (helm may link the plugin's directory).
+self="${BASH_SOURCE[0]}"
+while [ -L "$self" ]; do
+  dir="$(cd "$(dirname "$self")" && pwd -P)"
+  self="$(readlink "$self")"
+  case "$self" in /*) ;; *) self="$dir/$self" ;; esac
+done
+here="$(cd "$(dirname "$self")" && pwd -P)"
+component="${REDLOCK_ELECTOR_COMPONENT:-$here/../../manifests/components/sidecar}"
+# relative FROM TO: the path of TO from the directory FROM (both existing directories).
+relative() {
+  local from to up=""
+  from="$(cd "$1" && pwd -P)" to="$(cd "$2" && pwd -P)"
+  while [ "$from" != / ] && [ "${to#"$from"/}" = "$to" ] && [ "$to" != "$from" ]; do
+    from="$(dirname "$from")" up="../$up"
+  done
+  if [ "$to" = "$from" ]; then up="${up%/}"; echo "${up:-.}"
+  elif [ "$from" = / ]; then echo "$up${to#/}"
+  else echo "$up${to#"$from"/}"; fi
+}
 
 config="" lease="" targets=()
 while [ $# -gt 0 ]; do
@@ -63,7 +82,7 @@ mkdir "$work/select"
   echo "kind: Kustomization"
   echo "resources: [upstream.yaml]"
   # kustomize refuses an absolute path to a component; a relative one works from anywhere.
-  echo "components: [select, \"$(realpath --relative-to="$work" "$component")\"]"
+  echo "components: [select, \"$(relative "$work" "$component")\"]"
   echo "configMapGenerator:"
   echo "  - name: redlock-elector-config"
   echo "    files: [config.yaml]"

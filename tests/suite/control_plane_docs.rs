@@ -50,14 +50,26 @@ fn swap(text: &str, from: &str, to: &str, what: &str) -> String {
     text.replace(from, to)
 }
 
-/// The commands of a shell block: its lines without comments and blank lines.
+/// The commands of a shell block: its lines without comments and blank lines, a line ending in
+/// `\\` joined with the next.
 fn commands(block: &str) -> Vec<String> {
-    block
-        .lines()
-        .map(|l| l.split(" #").next().unwrap().trim())
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect()
+    let mut out: Vec<String> = Vec::new();
+    let mut pending = String::new();
+    for line in block.lines() {
+        let line = line.split(" #").next().unwrap().trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.strip_suffix('\\') {
+            Some(head) => pending.push_str(head),
+            None => out.push(std::mem::take(&mut pending) + line),
+        }
+    }
+    assert!(
+        pending.is_empty(),
+        "a command ends in \\ at the block's end"
+    );
+    out
 }
 
 /// Where the documented commands run: the checkout's root, as for a user in a clone. The user's
@@ -86,6 +98,11 @@ impl Workdir {
     /// Run one documented command line with `sh -c`, the cluster's helm and kubectl first on the
     /// PATH; its stdout. Fails with the command's output.
     fn run(&self, cp: &ControlPlane, line: &str) -> String {
+        self.run_in(cp, line, &self.path())
+    }
+
+    /// [`Workdir::run`] in `dir`.
+    fn run_in(&self, cp: &ControlPlane, line: &str, dir: &std::path::Path) -> String {
         let path = format!(
             "{}:{}",
             cp.bin("kubectl").parent().unwrap().display(),
@@ -94,7 +111,7 @@ impl Workdir {
         let helm_home = cp.dir.join("helm");
         let out = Command::new("sh")
             .args(["-c", line])
-            .current_dir(self.path())
+            .current_dir(dir)
             .env("PATH", path)
             .env("KUBECONFIG", &cp.kubeconfig)
             .env("HELM_CACHE_HOME", helm_home.join("cache"))
@@ -339,4 +356,187 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
             );
         }
     }
+}
+
+/// A plain Deployment (`kind: Deployment`) or StatefulSet of the hello app, 2 replicas, with the
+/// container port named `http` that the pages tell the user to declare.
+fn hello_workload(kind: &str, name: &str, image: &str) -> String {
+    let service_name = if kind == "StatefulSet" {
+        format!("  serviceName: {name}\n")
+    } else {
+        String::new()
+    };
+    format!(
+        "apiVersion: apps/v1\nkind: {kind}\nmetadata:\n  name: {name}\n  labels:\n    app: {name}\n\
+         spec:\n{service_name}  replicas: 2\n  selector:\n    matchLabels:\n      app: {name}\n  template:\n\
+         \x20   metadata:\n      labels:\n        app: {name}\n    spec:\n      containers:\n\
+         \x20       - name: {APP}\n          image: {image}\n          imagePullPolicy: Never\n\
+         \x20         ports:\n            - name: http\n              containerPort: 8080\n"
+    )
+}
+
+/// The routes for a workload the user already has (docs/operating/existing-workload.md), from
+/// the page's text, on the real node:
+/// - route 1, the kustomize Component: the page's `config.yaml` (the test's Redis),
+///   `select/kustomization.yaml` and `kustomization.yaml` (the remote Component, which needs the
+///   first release's tag, named by its path in this checkout, as the page says until then), on a
+///   base holding a plain Deployment `web` of the hello app; the page's `kubectl create namespace`
+///   and `kubectl apply -k`; then the page's `kubectl delete -k my-overlay`;
+/// - route 2, the Helm 4 post-renderer plugin: the page's `helm plugin install` and `helm install
+///   shop vendor/shop ... --post-renderer ...`, `vendor/shop` being a stand-in third-party chart
+///   with a StatefulSet `shop-db` of the hello app.
+///
+/// Each: one leader labelled, a request through the leader Service reaches the leader pod's app,
+/// and a `kubectl delete pod` of the leader moves the leader, the label and the endpoint.
+#[test]
+fn cp_docs_existing_workload_routes_run_from_the_page() {
+    const PAGE: &str = "docs/operating/existing-workload.md";
+    let node = RealNode::up();
+    let mut work = Workdir::new();
+    let (hello_repo, hello_tag) = hello_image(&node.cp);
+    let hello = format!("{hello_repo}:{hello_tag}");
+    let reference = &sidecar_image().reference;
+    let patch = std::fs::read_to_string(
+        cluster::repo().join("manifests/components/sidecar/sidecar-patch.yaml"),
+    )
+    .unwrap();
+    assert!(
+        patch.contains(&format!("image: {reference}")),
+        "the Component's image is not {reference}, the one imported"
+    );
+    let eps = node.endpoints.clone();
+    let endpoints = move |text: String| {
+        let mut text = text;
+        for (i, ep) in eps.iter().enumerate() {
+            let documented_ep = format!("redis://redis-{i}.redis:6379");
+            text = swap(&text, &documented_ep, ep, "config");
+        }
+        text
+    };
+
+    // Route 1: the overlay as the page lays it out, in the checkout's target/ (so that it can name
+    // the checkout's Component by a relative path, as a user's overlay beside a clone would).
+    let root = cluster::repo()
+        .join("target")
+        .join(format!("docs-overlay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let overlay = root.join("my-overlay");
+    std::fs::create_dir_all(overlay.join("select")).unwrap();
+    std::fs::create_dir_all(root.join("base")).unwrap();
+    std::fs::write(
+        root.join("base/deployment.yaml"),
+        hello_workload("Deployment", "web", &hello),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("base/kustomization.yaml"),
+        "resources: [deployment.yaml]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        overlay.join("config.yaml"),
+        endpoints(documented(PAGE, "component-config")),
+    )
+    .unwrap();
+    std::fs::write(
+        overlay.join("select/kustomization.yaml"),
+        documented(PAGE, "component-select"),
+    )
+    .unwrap();
+    let kustomization = swap(
+        &documented(PAGE, "component-kustomization"),
+        "https://github.com/redlock-elector/redlock-elector//manifests/components/sidecar?ref=v0.1.0",
+        "../../../manifests/components/sidecar",
+        "kustomization.yaml",
+    );
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
+    let apply = commands(&documented(PAGE, "component-apply"));
+    let t0 = Instant::now();
+    for line in &apply {
+        work.run_in(&node.cp, line, &root);
+    }
+    let rn = node.workload("shop", "app=web", "redlock-elector-leader");
+    let leader = rn.settled(2, Duration::from_secs(180));
+    rn.slice_lists_only(&leader, Duration::from_secs(60));
+    report(
+        "docs: route 1 (kustomize Component), kubectl apply -k -> one leader labelled, the leader Service lists it",
+        format!("{:?} ({leader})", t0.elapsed()),
+    );
+    report(
+        "docs: route 1, a request through the leader Service",
+        rn.request_reaches(&leader),
+    );
+    rn.cp
+        .kubectl(&["delete", "pod", "-n", "shop", &leader, "--wait=false"]);
+    let next = wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
+        rn.sidecar_leader().filter(|l| *l != leader)
+    })
+    .expect("route 1: no other pod leads after kubectl delete pod of the leader");
+    rn.slice_lists_only(&next, Duration::from_secs(60));
+    report(
+        "docs: route 1, after kubectl delete pod of the leader",
+        rn.request_reaches(&next),
+    );
+    let page = std::fs::read_to_string(cluster::repo().join(PAGE)).unwrap();
+    assert!(
+        page.contains("`kubectl delete -k my-overlay`"),
+        "the page no longer says how to remove route 1"
+    );
+    work.run_in(&rn.cp, "kubectl delete -k my-overlay", &root);
+    let _ = std::fs::remove_dir_all(&root);
+    rn.cp.kubectl(&["delete", "namespace", "shop", "--wait"]);
+
+    // Route 2: the Helm 4 plugin, run from the checkout's root with the page's config.yaml.
+    work.write(
+        "config.yaml",
+        &endpoints(documented(PAGE, "component-config")),
+    );
+    let chart = tempdir();
+    std::fs::create_dir_all(chart.path().join("templates")).unwrap();
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: shop\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.path().join("templates/workloads.yaml"),
+        hello_workload("StatefulSet", "{{ .Release.Name }}-db", &hello),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    for line in commands(&documented(PAGE, "post-renderer")) {
+        let line = if line.starts_with("helm install shop vendor/shop ") {
+            swap(
+                &line,
+                "vendor/shop",
+                chart.path().to_str().unwrap(),
+                "helm install",
+            )
+        } else {
+            line
+        };
+        work.run(&rn.cp, &line);
+    }
+    let rn = rn.workload("shop", "app=shop-db", "redlock-elector-leader");
+    let leader = rn.settled(2, Duration::from_secs(180));
+    rn.slice_lists_only(&leader, Duration::from_secs(60));
+    report(
+        "docs: route 2 (helm install --post-renderer) -> one leader labelled, the leader Service lists it",
+        format!("{:?} ({leader})", t0.elapsed()),
+    );
+    report(
+        "docs: route 2, a request through the leader Service",
+        rn.request_reaches(&leader),
+    );
+    rn.cp
+        .kubectl(&["delete", "pod", "-n", "shop", &leader, "--wait=false"]);
+    let next = wait_for(Duration::from_secs(90), Duration::from_millis(50), || {
+        rn.sidecar_leader().filter(|l| *l != leader)
+    })
+    .expect("route 2: no other pod leads after kubectl delete pod of the leader");
+    rn.slice_lists_only(&next, Duration::from_secs(60));
+    report(
+        "docs: route 2, after kubectl delete pod of the leader",
+        rn.request_reaches(&next),
+    );
 }
