@@ -540,3 +540,91 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
         rn.request_reaches(&next),
     );
 }
+
+/// Route (b) of the install page, your own chart with this one as a dependency, from the page's
+/// text: its `Chart.yaml` (the dependency's `file://` path made absolute), `values.yaml` (the
+/// test's Redis) and pod template part (the hello app in place of `my-app:1.0`), wrapped in the
+/// Deployment's first lines that the page leaves out; the page's `helm dependency update` and
+/// `helm install`. One leader labelled, a request through the leader Service reaches its app,
+/// and after `kubectl delete pod` of the leader, the next one's.
+#[test]
+fn cp_docs_parent_chart_route_runs_from_the_page() {
+    const PAGE: &str = "docs/operating/install.md";
+    let node = RealNode::up();
+    let work = Workdir::new();
+    let (hello_repo, hello_tag) = hello_image(&node.cp);
+    let dir = tempdir();
+    let chart = dir.path().join("my-chart");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    let dependency = cluster::repo().join("charts/redlock-elector");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        swap(
+            &documented(PAGE, "parent-chart"),
+            "file://../redlock-elector",
+            &format!("file://{}", dependency.display()),
+            "Chart.yaml",
+        ),
+    )
+    .unwrap();
+    let mut values = documented(PAGE, "parent-values");
+    for (i, ep) in node.endpoints.iter().enumerate() {
+        values = swap(
+            &values,
+            &format!("redis://redis-{i}.redis:6379"),
+            ep,
+            "values.yaml",
+        );
+    }
+    std::fs::write(chart.join("values.yaml"), values).unwrap();
+    let pod_template = swap(
+        &documented(PAGE, "parent-pod-template"),
+        "image: my-app:1.0",
+        &format!("image: {hello_repo}:{hello_tag}"),
+        "pod template",
+    );
+    std::fs::write(
+        chart.join("templates/deployment.yaml"),
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: parent-app\nspec:\n  replicas: 2\n\
+             \x20 selector:\n    matchLabels:\n      app.kubernetes.io/name: parent-app\n{pod_template}"
+        ),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    for line in commands(&documented(PAGE, "parent-install")) {
+        work.run_in(&node.cp, &line, dir.path());
+    }
+    let service = node
+        .cp
+        .kubectl(&["get", "service", "-n", "my-ns", "-o", "name"])
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("service/")
+                .filter(|s| s.ends_with("-leader"))
+        })
+        .map(str::to_string)
+        .expect("the dependency rendered no leader Service");
+    let rn = node.workload("my-ns", "app.kubernetes.io/name=parent-app", &service);
+    let leader = rn.settled(2, Duration::from_secs(180));
+    rn.slice_lists_only(&leader, Duration::from_secs(60));
+    report(
+        "docs: route (b), your chart with the dependency -> one leader labelled, the leader Service lists it",
+        format!("{:?} ({leader}, Service {service})", t0.elapsed()),
+    );
+    report(
+        "docs: route (b), a request through the leader Service",
+        rn.request_reaches(&leader),
+    );
+    rn.cp
+        .kubectl(&["delete", "pod", "-n", "my-ns", &leader, "--wait=false"]);
+    let next = wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
+        rn.sidecar_leader().filter(|l| *l != leader)
+    })
+    .expect("route (b): no other pod leads after kubectl delete pod of the leader");
+    rn.slice_lists_only(&next, Duration::from_secs(60));
+    report(
+        "docs: route (b), after kubectl delete pod of the leader",
+        rn.request_reaches(&next),
+    );
+}
