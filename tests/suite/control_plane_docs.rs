@@ -307,7 +307,41 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
         rn.request_reaches(&next),
     );
 
-    // 5. The install page's uninstall section, as written.
+    // 5. The upgrade page's helm upgrade, as written, after a change to the values (a pod
+    // annotation, which rolls the pods): every pod replaced, one leader labelled, and the leader
+    // Service routes to it.
+    let before: BTreeSet<String> = rn.pods().iter().map(name).collect();
+    work.write(
+        "my-values.yaml",
+        &swap(
+            &values,
+            "workload: { kind: Deployment, replicas: 3 }",
+            "workload: { kind: Deployment, replicas: 3, podAnnotations: { upgraded: \"yes\" } }",
+            "values",
+        ),
+    );
+    let upgrade = commands(&documented("docs/operating/upgrade.md", "upgrade"));
+    let t0 = Instant::now();
+    for line in &upgrade {
+        work.run(&rn.cp, line);
+    }
+    let leader = wait_for(Duration::from_secs(300), Duration::from_millis(500), || {
+        let now: BTreeSet<String> = rn.pods().iter().map(name).collect();
+        now.is_disjoint(&before).then_some(())?;
+        Some(rn.settled(3, Duration::from_secs(60)))
+    })
+    .expect("the documented helm upgrade did not replace every pod");
+    rn.slice_lists_only(&leader, Duration::from_secs(60));
+    report(
+        "docs: the upgrade page's helm upgrade (pods rolled) -> one leader labelled",
+        format!("{:?} ({leader})", t0.elapsed()),
+    );
+    report(
+        "docs: a request through the leader Service after the upgrade",
+        rn.request_reaches(&leader),
+    );
+
+    // 6. The install page's uninstall section, as written.
     for line in commands(&documented("docs/operating/install.md", "uninstall")) {
         work.run(&rn.cp, &line);
     }
