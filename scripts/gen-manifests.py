@@ -151,7 +151,15 @@ COMPONENT_VALUES = {
         ]},
     },
     "podDisruptionBudget": {"enabled": False},
+    # A Redis password and a TLS CA from Secrets of fixed names, both optional (see
+    # OPTIONAL_SECRETS): without the Secrets the pod starts as before.
+    "redisAuth": {"existingSecret": "redlock-elector-redis-auth", "key": "password"},
+    "redisTls": {"caSecret": "redlock-elector-redis-tls", "caKey": "ca.crt"},
 }
+# The Secrets the Component reads when they exist (docs/operating/existing-workload.md, "A Redis
+# password and TLS"): the password as env REDLOCK_ELECTOR_REDIS_PASSWORD, the CA mounted at
+# /var/run/secrets/redlock-elector/redis-tls-ca/ca.crt for your config's redis.tls.caFile.
+OPTIONAL_SECRETS = ("redlock-elector-redis-auth", "redlock-elector-redis-tls")
 # Which workloads get the sidecar: the annotation your overlay puts on them (by name: see
 # manifests/example-existing-workload/select).
 SELECT_ANNOTATION = "redlock-elector/sidecar"
@@ -172,7 +180,11 @@ def write_component(out: Path) -> None:
     for obj in objects:
         by_kind.setdefault(obj["kind"], []).append(obj)
     (dep,) = by_kind["Deployment"]
-    (cm,) = by_kind["ConfigMap"]
+    # The example config, as the chart renders it without the optional Secrets (a caFile there
+    # would name a file that only the TLS Secret makes).
+    plain = {k: v for k, v in COMPONENT_VALUES.items() if k not in ("redisAuth", "redisTls")}
+    (cm,) = [clean(o) for o in chartlib.split_objects(
+        chartlib.render_chart(plain, name="redlock-elector", namespace="default")) if o["kind"] == "ConfigMap"]
     spec = dep["spec"]["template"]["spec"]
     (sidecar,) = spec["initContainers"]
     # The lease name comes from the pod's own label (downward API), so the label the leader
@@ -180,6 +192,15 @@ def write_component(out: Path) -> None:
     sidecar["env"].append({"name": "REDLOCK_ELECTOR_LEASE_NAME", "valueFrom": {"fieldRef": {
         "fieldPath": "metadata.labels['redlock-elector/lease']"}}})
     config_volume = next(v for v in spec["volumes"] if v["name"] == "redlock-elector-config")
+    # The password and CA Secrets are optional: a pod without them starts as before.
+    for env in sidecar["env"]:
+        ref = env.get("valueFrom", {}).get("secretKeyRef")
+        if ref and ref["name"] in OPTIONAL_SECRETS:
+            ref["optional"] = True
+    secret_volumes = [v for v in spec["volumes"] if v.get("secret", {}).get("secretName") in OPTIONAL_SECRETS]
+    assert len(secret_volumes) == 1, f"expected the TLS CA volume only: {spec['volumes']}"
+    for v in secret_volumes:
+        v["secret"]["optional"] = True
     lease_label = {"redlock-elector/lease": dep["spec"]["template"]["metadata"]["labels"]["redlock-elector/lease"]}
     patch = {
         "apiVersion": "apps/v1",
@@ -193,7 +214,7 @@ def write_component(out: Path) -> None:
             "spec": {
                 "serviceAccountName": spec["serviceAccountName"],
                 "initContainers": [sidecar],
-                "volumes": [config_volume],
+                "volumes": [config_volume, *secret_volumes],
             },
         }},
     }

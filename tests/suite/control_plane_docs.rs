@@ -517,8 +517,59 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
         "the page no longer says how to remove route 1"
     );
     work.run_in(&rn.cp, "kubectl delete -k my-overlay", &root);
+    rn.cp.kubectl(&["delete", "namespace", "shop", "--wait"]);
+
+    // Route 1 with a Redis password and TLS: three TLS redis-servers that require a password,
+    // the page's Secrets (from files of the password and the CA), its TLS config (the servers
+    // are reached by IP here, so the name their certificate carries is added as
+    // redis.tls.serverName), the same apply. A leader at all proves the password and the CA
+    // reached the sidecar: the servers refuse anything else.
+    let pki = Pki::new();
+    let password = "docs-route-pw";
+    let tls_redis: Vec<Redis> = (0..3)
+        .map(|_| Redis::start_tls(&pki, false, &["--requirepass", password]))
+        .collect();
+    let ports: Vec<u16> = tls_redis.iter().map(|r| r.port).collect();
+    let node_ip = rn.cp.forward(&ports);
+    std::fs::write(root.join("redis-password"), password).unwrap();
+    std::fs::copy(pki.path("ca.crt"), root.join("redis-ca.crt")).unwrap();
+    let mut tls_config = swap(
+        &documented(PAGE, "component-tls-config"),
+        "caFile: /var/run/secrets/redlock-elector/redis-tls-ca/ca.crt",
+        "caFile: /var/run/secrets/redlock-elector/redis-tls-ca/ca.crt\n    serverName: redis.test",
+        "TLS config",
+    );
+    for (i, port) in ports.iter().enumerate() {
+        tls_config = swap(
+            &tls_config,
+            &format!("rediss://redis-{i}.redis:6380"),
+            &format!("rediss://{node_ip}:{port}"),
+            "TLS config",
+        );
+    }
+    std::fs::write(overlay.join("config.yaml"), tls_config).unwrap();
+    let t0 = Instant::now();
+    work.run_in(&rn.cp, &apply[0], &root);
+    for line in commands(&documented(PAGE, "component-secrets")) {
+        work.run_in(&rn.cp, &line, &root);
+    }
+    for line in &apply[1..] {
+        work.run_in(&rn.cp, line, &root);
+    }
+    let leader = rn.settled(2, Duration::from_secs(180));
+    rn.slice_lists_only(&leader, Duration::from_secs(60));
+    report(
+        "docs: route 1 with the page's password and TLS Secrets -> one leader labelled",
+        format!("{:?} ({leader})", t0.elapsed()),
+    );
+    report(
+        "docs: route 1 with password and TLS, a request through the leader Service",
+        rn.request_reaches(&leader),
+    );
+    work.run_in(&rn.cp, "kubectl delete -k my-overlay", &root);
     let _ = std::fs::remove_dir_all(&root);
     rn.cp.kubectl(&["delete", "namespace", "shop", "--wait"]);
+    drop(tls_redis);
 
     // Route 2: the Helm 4 plugin, run from the checkout's root with the page's config.yaml.
     work.write(
