@@ -11,8 +11,23 @@ ensure_apt curl curl
 
 TTL=${DEMO_TTL:-2s}
 RETRY=${DEMO_RETRY:-250ms}
-echo "== building redlock-elector (release)"
-cargo build --release --locked --quiet
+# The ttl in ms (ms, s or m), for the waits below: each is derived from it, so that a longer
+# DEMO_TTL does not time out.
+case "$TTL" in
+  *ms) TTL_MS=${TTL%ms} ;;
+  *s) TTL_MS=$(( ${TTL%s} * 1000 )) ;;
+  *m) TTL_MS=$(( ${TTL%m} * 60000 )) ;;
+  *) echo "DEMO_TTL=$TTL: give it as 500ms, 2s or 1m" >&2; exit 2 ;;
+esac
+[[ "$TTL_MS" =~ ^[0-9]+$ ]] || { echo "DEMO_TTL=$TTL: a whole number of ms, s or m" >&2; exit 2; }
+# First election: the fresh servers' quarantine (ttl + 1 s), then the clock watch (ttl + margin).
+FIRST_MS=$(( 3 * TTL_MS + 5000 ))
+# SIGKILL failover: the lease expires (ttl), then a follower's next attempt.
+FAILOVER_MS=$(( 2 * TTL_MS + 5000 ))
+# SIGTERM handover: milliseconds; the bound is for a loaded machine.
+HANDOVER_MS=$(( TTL_MS + 5000 ))
+echo "== building redlock-elector (release; the first build takes a few minutes, cargo shows its progress)"
+cargo build --release --locked
 BIN=target/release/redlock-elector
 
 WORK=$(mktemp -d /tmp/redlock-elector-demo.XXXXXX)
@@ -86,7 +101,7 @@ wait_leader() {
 
 echo
 echo "== waiting for the first election (fresh Redis servers are quarantined for ttl + 1s, by design)"
-L=$(wait_leader 15000 alpha bravo charlie) || { echo "no leader elected"; tail -n 20 "$WORK"/*.log; exit 1; }
+L=$(wait_leader "$FIRST_MS" alpha bravo charlie) || { echo "no leader elected"; tail -n 20 "$WORK"/*.log; exit 1; }
 echo "leader: $L"
 sleep 0.5   # followers learn the holder's identity at their next attempt (retryEvery)
 show alpha bravo charlie
@@ -98,7 +113,7 @@ echo "== SIGKILL the leader ($L): the lease must expire (ttl $TTL) before anothe
 t0=$(now_ms)
 kill -9 "${SIDECAR_PID[$L]}"
 wait "${SIDECAR_PID[$L]}" 2>/dev/null || true
-L2=$(wait_leader 20000 "${REST[@]}") || { echo "no failover"; exit 1; }
+L2=$(wait_leader "$FAILOVER_MS" "${REST[@]}") || { echo "no failover"; exit 1; }
 echo "new leader: $L2 after $(( $(now_ms) - t0 )) ms"
 show "${REST[@]}"
 
@@ -108,7 +123,7 @@ echo
 echo "== SIGTERM the leader ($L2): it releases and notifies; handover takes milliseconds, not a ttl"
 t0=$(now_ms)
 kill -TERM "${SIDECAR_PID[$L2]}"
-L3=$(wait_leader 20000 "$LAST") || { echo "no handover"; exit 1; }
+L3=$(wait_leader "$HANDOVER_MS" "$LAST") || { echo "no handover"; exit 1; }
 echo "new leader: $L3 after $(( $(now_ms) - t0 )) ms"
 wait "${SIDECAR_PID[$L2]}" && echo "$L2 exited with status 0"
 show "$LAST"
