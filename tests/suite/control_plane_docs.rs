@@ -166,19 +166,6 @@ fn hello_image(cp: &ControlPlane) -> (&'static str, &'static str) {
     (repo, tag)
 }
 
-/// `GET http://IP:PORT/` from inside the network namespace of `pid`; the body.
-fn http_from(pid: u32, ip: &str, port: i32) -> Option<String> {
-    let out = Command::new("nsenter")
-        .args(["-t", &pid.to_string(), "-n", "--"])
-        .args(["curl", "-sf", "--max-time", "2"])
-        .arg(format!("http://{ip}:{port}/"))
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 impl RealNode {
     /// The leader Service's ready endpoint: (address, port), once its slice has exactly one.
     fn leader_endpoint(&self) -> Option<(String, i32)> {
@@ -205,7 +192,10 @@ impl RealNode {
         wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
             let (ip, port) = self.leader_endpoint()?;
             let from = self.live().into_iter().find(|p| name(p) != leader)?;
-            let body = http_from(app_pid(&self.cp, &from)?, &ip, port)?;
+            let port = u16::try_from(port).ok()?;
+            let body = self
+                .cp
+                .http_from(app_pid(&self.cp, &from)?, &ip, port, "/")?;
             body.contains(&format!("hello from {leader}"))
                 .then_some(format!("{ip}:{port} -> {}", body.trim()))
         })
@@ -271,40 +261,15 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
         "app.kubernetes.io/instance=my-app",
         "my-app-redlock-elector-leader",
     );
-    let leader = rn.settled(3, Duration::from_secs(240));
-    report(
-        "docs: README route, helm install -> one leader labelled",
-        format!("{:?} ({leader})", t0.elapsed()),
-    );
+    // 4. What every route shows, kubectl delete pod of the leader included; then the README's
+    // kubectl get, which must show the leader's role.
+    let next = rn.route_works("README route (helm install)", 3, t0);
     let listed = work.run(&rn.cp, &install[1]);
     assert!(
         listed
             .lines()
-            .any(|l| l.starts_with(&leader) && l.contains("leader")),
-        "the README's kubectl get does not show {leader} as leader:\n{listed}"
-    );
-    rn.slice_lists_only(&leader, Duration::from_secs(60));
-    report(
-        "docs: a request through the leader Service",
-        rn.request_reaches(&leader),
-    );
-
-    // 4. kubectl delete pod of the leader: the leader, the label and the endpoint move.
-    let t0 = Instant::now();
-    rn.cp
-        .kubectl(&["delete", "pod", "-n", "my-ns", &leader, "--wait=false"]);
-    let next = wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
-        rn.sidecar_leader().filter(|l| *l != leader)
-    })
-    .expect("no other pod leads after kubectl delete pod of the leader");
-    rn.slice_lists_only(&next, Duration::from_secs(60));
-    report(
-        "docs: kubectl delete pod of the leader -> the leader Service lists only the next leader",
-        format!("{:?} ({leader} -> {next})", t0.elapsed()),
-    );
-    report(
-        "docs: a request through the leader Service after the move",
-        rn.request_reaches(&next),
+            .any(|l| l.starts_with(&next) && l.contains("leader")),
+        "the README's kubectl get does not show {next} as leader:\n{listed}"
     );
 
     // 5. The upgrade page's helm upgrade, as written, after a change to the values (a pod
@@ -409,6 +374,47 @@ fn hello_workload(kind: &str, name: &str, image: &str) -> String {
     )
 }
 
+impl RealNode {
+    /// What every route must show once its documented commands ran (`t0`: when they started):
+    /// the workload's `replicas` pods settle with one leader labelled, the leader Service lists
+    /// exactly it, a request through the Service reaches its app; then `kubectl delete pod` of
+    /// the leader moves the leader, the Service's endpoint and the request to the next pod. The
+    /// next leader's name.
+    fn route_works(&self, route: &str, replicas: usize, t0: Instant) -> String {
+        let leader = self.settled(replicas, Duration::from_secs(240));
+        self.slice_lists_only(&leader, Duration::from_secs(60));
+        report(
+            &format!("docs: {route} -> one leader labelled, the leader Service lists it"),
+            format!("{:?} ({leader})", t0.elapsed()),
+        );
+        report(
+            &format!("docs: {route}, a request through the leader Service"),
+            self.request_reaches(&leader),
+        );
+        let t1 = Instant::now();
+        self.cp
+            .kubectl(&["delete", "pod", "-n", &self.ns, &leader, "--wait=false"]);
+        let next = wait_for(Duration::from_secs(90), Duration::from_millis(50), || {
+            self.sidecar_leader().filter(|l| *l != leader)
+        })
+        .unwrap_or_else(|| {
+            panic!("{route}: no other pod leads after kubectl delete pod of the leader")
+        });
+        self.slice_lists_only(&next, Duration::from_secs(60));
+        report(
+            &format!(
+                "docs: {route}, kubectl delete pod of the leader -> the Service lists only the next"
+            ),
+            format!("{:?} ({leader} -> {next})", t1.elapsed()),
+        );
+        report(
+            &format!("docs: {route}, a request through the leader Service after the move"),
+            self.request_reaches(&next),
+        );
+        next
+    }
+}
+
 /// The routes for a workload the user already has (docs/operating/existing-workload.md), from
 /// the page's text, on the real node:
 /// - route 1, the kustomize Component: the page's `config.yaml` (the test's Redis),
@@ -490,27 +496,7 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
         work.run_in(&node.cp, line, &root);
     }
     let rn = node.workload("shop", "app=web", "redlock-elector-leader");
-    let leader = rn.settled(2, Duration::from_secs(180));
-    rn.slice_lists_only(&leader, Duration::from_secs(60));
-    report(
-        "docs: route 1 (kustomize Component), kubectl apply -k -> one leader labelled, the leader Service lists it",
-        format!("{:?} ({leader})", t0.elapsed()),
-    );
-    report(
-        "docs: route 1, a request through the leader Service",
-        rn.request_reaches(&leader),
-    );
-    rn.cp
-        .kubectl(&["delete", "pod", "-n", "shop", &leader, "--wait=false"]);
-    let next = wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
-        rn.sidecar_leader().filter(|l| *l != leader)
-    })
-    .expect("route 1: no other pod leads after kubectl delete pod of the leader");
-    rn.slice_lists_only(&next, Duration::from_secs(60));
-    report(
-        "docs: route 1, after kubectl delete pod of the leader",
-        rn.request_reaches(&next),
-    );
+    rn.route_works("route 1 (kustomize Component, kubectl apply -k)", 2, t0);
     let page = std::fs::read_to_string(cluster::repo().join(PAGE)).unwrap();
     assert!(
         page.contains("`kubectl delete -k my-overlay`"),
@@ -603,27 +589,7 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
         work.run(&rn.cp, &line);
     }
     let rn = rn.workload("shop", "app=shop-db", "redlock-elector-leader");
-    let leader = rn.settled(2, Duration::from_secs(180));
-    rn.slice_lists_only(&leader, Duration::from_secs(60));
-    report(
-        "docs: route 2 (helm install --post-renderer) -> one leader labelled, the leader Service lists it",
-        format!("{:?} ({leader})", t0.elapsed()),
-    );
-    report(
-        "docs: route 2, a request through the leader Service",
-        rn.request_reaches(&leader),
-    );
-    rn.cp
-        .kubectl(&["delete", "pod", "-n", "shop", &leader, "--wait=false"]);
-    let next = wait_for(Duration::from_secs(90), Duration::from_millis(50), || {
-        rn.sidecar_leader().filter(|l| *l != leader)
-    })
-    .expect("route 2: no other pod leads after kubectl delete pod of the leader");
-    rn.slice_lists_only(&next, Duration::from_secs(60));
-    report(
-        "docs: route 2, after kubectl delete pod of the leader",
-        rn.request_reaches(&next),
-    );
+    rn.route_works("route 2 (helm install --post-renderer)", 2, t0);
 }
 
 /// Route (b) of the install page, your own chart with this one as a dependency, from the page's
@@ -691,25 +657,5 @@ fn cp_docs_parent_chart_route_runs_from_the_page() {
         .map(str::to_string)
         .expect("the dependency rendered no leader Service");
     let rn = node.workload("my-ns", "app.kubernetes.io/name=parent-app", &service);
-    let leader = rn.settled(2, Duration::from_secs(180));
-    rn.slice_lists_only(&leader, Duration::from_secs(60));
-    report(
-        "docs: route (b), your chart with the dependency -> one leader labelled, the leader Service lists it",
-        format!("{:?} ({leader}, Service {service})", t0.elapsed()),
-    );
-    report(
-        "docs: route (b), a request through the leader Service",
-        rn.request_reaches(&leader),
-    );
-    rn.cp
-        .kubectl(&["delete", "pod", "-n", "my-ns", &leader, "--wait=false"]);
-    let next = wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
-        rn.sidecar_leader().filter(|l| *l != leader)
-    })
-    .expect("route (b): no other pod leads after kubectl delete pod of the leader");
-    rn.slice_lists_only(&next, Duration::from_secs(60));
-    report(
-        "docs: route (b), after kubectl delete pod of the leader",
-        rn.request_reaches(&next),
-    );
+    rn.route_works("route (b), your chart with the dependency", 2, t0);
 }

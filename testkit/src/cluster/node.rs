@@ -199,10 +199,16 @@ impl ControlPlane {
     /// `GET http://127.0.0.1:PORT/PATH` inside the network namespace of the process `pid` (a
     /// container's); the body, if it answered 200.
     pub fn http_in(&self, pid: u32, port: u16, path: &str) -> Option<String> {
+        self.http_from(pid, "127.0.0.1", port, path)
+    }
+
+    /// `GET http://HOST:PORT/PATH` from inside the network namespace of the process `pid` (to
+    /// another pod's address, say); the body, if it answered 200.
+    pub fn http_from(&self, pid: u32, host: &str, port: u16, path: &str) -> Option<String> {
         let out = Command::new("nsenter")
             .args(["-t", &pid.to_string(), "-n", "--"])
             .args(["curl", "-sf", "--max-time", "2"])
-            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .arg(format!("http://{host}:{port}{path}"))
             .output()
             .ok()?;
         out.status
