@@ -50,6 +50,22 @@ fn swap(text: &str, from: &str, to: &str, what: &str) -> String {
     text.replace(from, to)
 }
 
+/// `text` with each of the page's Redis URLs `documented(i)` (i = 0, 1, 2) replaced by the
+/// test's `endpoints[i]` (see [`swap`]).
+fn with_endpoints(
+    text: &str,
+    documented: impl Fn(usize) -> String,
+    endpoints: &[String],
+    what: &str,
+) -> String {
+    endpoints
+        .iter()
+        .enumerate()
+        .fold(text.to_string(), |t, (i, ep)| {
+            swap(&t, &documented(i), ep, what)
+        })
+}
+
 /// The commands of a shell block: its lines without comments and blank lines, a line ending in
 /// `\\` joined with the next.
 fn commands(block: &str) -> Vec<String> {
@@ -240,10 +256,12 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
         &format!("tag: \"{hello_tag}\""),
         "values",
     );
-    for (i, host) in ["redis-a", "redis-b", "redis-c"].iter().enumerate() {
-        let documented_ep = format!("redis://{host}.redis:6379");
-        values = swap(&values, &documented_ep, &node.endpoints[i], "values");
-    }
+    values = with_endpoints(
+        &values,
+        |i| format!("redis://redis-{}.redis:6379", ["a", "b", "c"][i]),
+        &node.endpoints,
+        "values",
+    );
     work.write("my-values.yaml", &values);
 
     // 3. helm install and kubectl get, verbatim.
@@ -290,20 +308,16 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
     for line in &upgrade {
         work.run(&rn.cp, line);
     }
-    let leader = wait_for(Duration::from_secs(300), Duration::from_millis(500), || {
+    wait_for(Duration::from_secs(300), Duration::from_millis(500), || {
         let now: BTreeSet<String> = rn.pods().iter().map(name).collect();
-        now.is_disjoint(&before).then_some(())?;
-        Some(rn.settled(3, Duration::from_secs(60)))
+        now.is_disjoint(&before).then_some(())
     })
     .expect("the documented helm upgrade did not replace every pod");
-    rn.slice_lists_only(&leader, Duration::from_secs(60));
-    report(
-        "docs: the upgrade page's helm upgrade (pods rolled) -> one leader labelled",
-        format!("{:?} ({leader})", t0.elapsed()),
-    );
-    report(
-        "docs: a request through the leader Service after the upgrade",
-        rn.request_reaches(&leader),
+    rn.leads_and_routes(
+        "the upgrade page's helm upgrade (pods rolled)",
+        3,
+        Duration::from_secs(60),
+        t0,
     );
 
     // 6. The install page's uninstall section, as written.
@@ -375,13 +389,17 @@ fn hello_workload(kind: &str, name: &str, image: &str) -> String {
 }
 
 impl RealNode {
-    /// What every route must show once its documented commands ran (`t0`: when they started):
-    /// the workload's `replicas` pods settle with one leader labelled, the leader Service lists
-    /// exactly it, a request through the Service reaches its app; then `kubectl delete pod` of
-    /// the leader moves the leader, the Service's endpoint and the request to the next pod. The
-    /// next leader's name.
-    fn route_works(&self, route: &str, replicas: usize, t0: Instant) -> String {
-        let leader = self.settled(replicas, Duration::from_secs(240));
+    /// The workload's `replicas` pods settle within `within` with one leader labelled, the
+    /// leader Service lists exactly it, and a request through the Service reaches its app
+    /// (`t0`: when the route's commands started). The leader's name.
+    fn leads_and_routes(
+        &self,
+        route: &str,
+        replicas: usize,
+        within: Duration,
+        t0: Instant,
+    ) -> String {
+        let leader = self.settled(replicas, within);
         self.slice_lists_only(&leader, Duration::from_secs(60));
         report(
             &format!("docs: {route} -> one leader labelled, the leader Service lists it"),
@@ -391,6 +409,16 @@ impl RealNode {
             &format!("docs: {route}, a request through the leader Service"),
             self.request_reaches(&leader),
         );
+        leader
+    }
+
+    /// What every route must show once its documented commands ran (`t0`: when they started):
+    /// the workload's `replicas` pods settle with one leader labelled, the leader Service lists
+    /// exactly it, a request through the Service reaches its app; then `kubectl delete pod` of
+    /// the leader moves the leader, the Service's endpoint and the request to the next pod. The
+    /// next leader's name.
+    fn route_works(&self, route: &str, replicas: usize, t0: Instant) -> String {
+        let leader = self.leads_and_routes(route, replicas, Duration::from_secs(240), t0);
         let t1 = Instant::now();
         self.cp
             .kubectl(&["delete", "pod", "-n", &self.ns, &leader, "--wait=false"]);
@@ -446,12 +474,12 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
     );
     let eps = node.endpoints.clone();
     let endpoints = move |text: String| {
-        let mut text = text;
-        for (i, ep) in eps.iter().enumerate() {
-            let documented_ep = format!("redis://redis-{i}.redis:6379");
-            text = swap(&text, &documented_ep, ep, "config");
-        }
-        text
+        with_endpoints(
+            &text,
+            |i| format!("redis://redis-{i}.redis:6379"),
+            &eps,
+            "config",
+        )
     };
 
     // Route 1: the overlay as the page lays it out, in the checkout's target/ (so that it can name
@@ -525,14 +553,16 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
         "caFile: /var/run/secrets/redlock-elector/redis-tls-ca/ca.crt\n    serverName: redis.test",
         "TLS config",
     );
-    for (i, port) in ports.iter().enumerate() {
-        tls_config = swap(
-            &tls_config,
-            &format!("rediss://redis-{i}.redis:6380"),
-            &format!("rediss://{node_ip}:{port}"),
-            "TLS config",
-        );
-    }
+    let tls_endpoints: Vec<String> = ports
+        .iter()
+        .map(|port| format!("rediss://{node_ip}:{port}"))
+        .collect();
+    tls_config = with_endpoints(
+        &tls_config,
+        |i| format!("rediss://redis-{i}.redis:6380"),
+        &tls_endpoints,
+        "TLS config",
+    );
     std::fs::write(overlay.join("config.yaml"), tls_config).unwrap();
     let t0 = Instant::now();
     work.run_in(&rn.cp, &apply[0], &root);
@@ -542,15 +572,11 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
     for line in &apply[1..] {
         work.run_in(&rn.cp, line, &root);
     }
-    let leader = rn.settled(2, Duration::from_secs(180));
-    rn.slice_lists_only(&leader, Duration::from_secs(60));
-    report(
-        "docs: route 1 with the page's password and TLS Secrets -> one leader labelled",
-        format!("{:?} ({leader})", t0.elapsed()),
-    );
-    report(
-        "docs: route 1 with password and TLS, a request through the leader Service",
-        rn.request_reaches(&leader),
+    rn.leads_and_routes(
+        "route 1 with the page's password and TLS Secrets",
+        2,
+        Duration::from_secs(180),
+        t0,
     );
     work.run_in(&rn.cp, "kubectl delete -k my-overlay", &root);
     let _ = std::fs::remove_dir_all(&root);
@@ -618,15 +644,12 @@ fn cp_docs_parent_chart_route_runs_from_the_page() {
         ),
     )
     .unwrap();
-    let mut values = documented(PAGE, "parent-values");
-    for (i, ep) in node.endpoints.iter().enumerate() {
-        values = swap(
-            &values,
-            &format!("redis://redis-{i}.redis:6379"),
-            ep,
-            "values.yaml",
-        );
-    }
+    let values = with_endpoints(
+        &documented(PAGE, "parent-values"),
+        |i| format!("redis://redis-{i}.redis:6379"),
+        &node.endpoints,
+        "values.yaml",
+    );
     std::fs::write(chart.join("values.yaml"), values).unwrap();
     let pod_template = swap(
         &documented(PAGE, "parent-pod-template"),
