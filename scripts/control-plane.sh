@@ -20,7 +20,7 @@
 #
 # Binaries are cached outside the work tree, one directory per component and version:
 #   ${CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-elector/control-plane}/
-#     kubernetes-v1.37.2/  etcd-v3.6.16/  helm-v4.3.1/  bin/ (symlinks to the current ones)
+#     kubernetes-v1.37.2/  etcd-v3.6.16/  helm-v4.3.1/  coredns-v1.15.0/  bin/ (symlinks to the current ones)
 # A cold build takes tens of minutes on 2 cores (see docs/development.md); later runs reuse the cache and
 # rebuild only when tests/control-plane/*/go.mod or go.sum change. Go builds run under
 # `nice -n ${CONTROL_PLANE_NICE:-15}`.
@@ -71,7 +71,8 @@ build_component() {
   local name=$1 dir=$2 version=$3 ldflags=$4; shift 4
   local out="$CACHE/$name-$version" want start
   # The packages are part of the key: a cached build without one of them (kubelet, say) is rebuilt.
-  want="$({ cat "$dir/go.mod" "$dir/go.sum"; echo "${ldflags//$BUILD_DATE/}"; echo "$*"; } | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
+  # A module of ours with a main package (coredns) keys on its .go files too.
+  want="$({ cat "$dir/go.mod" "$dir/go.sum"; find "$dir" -maxdepth 1 -name '*.go' -exec cat {} +; echo "${ldflags//$BUILD_DATE/}"; echo "$*"; } | sha256sum | cut -c1-16) $("$GO" env GOVERSION)"
   if [ "$(cat "$out/.built-from" 2>/dev/null)" = "$want" ]; then return; fi
   echo "-- building $name $version with $("$GO" env GOVERSION) into $out (cold, the kubernetes binaries: 10 to 40 min on 2 cores, see docs/development.md)" >&2
   start=$SECONDS
@@ -95,6 +96,8 @@ link_bins() {
   ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kubectl" "$1/kubectl"
   ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kube-scheduler" "$1/kube-scheduler"
   ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kubelet" "$1/kubelet"
+  ln -sfn "$CACHE/kubernetes-$K8S_VERSION/kube-proxy" "$1/kube-proxy"
+  ln -sfn "$CACHE/coredns-$COREDNS_VERSION/coredns" "$1/coredns"
   ln -sfn "$CACHE/etcd-$ETCD_VERSION/etcd" "$1/etcd"
   ln -sfn "$CACHE/helm-$HELM_VERSION/helm" "$1/helm"
 }
@@ -107,7 +110,8 @@ build_all() {
   K8S_VERSION="$(mod_version "$MODS/kubernetes" k8s.io/kubernetes)"
   ETCD_VERSION="$(mod_version "$MODS/etcd" go.etcd.io/etcd/server/v3)"
   HELM_VERSION="$(mod_version "$MODS/helm" helm.sh/helm/v4)"
-  if [ -z "$K8S_VERSION" ] || [ -z "$ETCD_VERSION" ] || [ -z "$HELM_VERSION" ]; then
+  COREDNS_VERSION="$(mod_version "$MODS/coredns" github.com/coredns/coredns)"
+  if [ -z "$K8S_VERSION" ] || [ -z "$ETCD_VERSION" ] || [ -z "$HELM_VERSION" ] || [ -z "$COREDNS_VERSION" ]; then
     die "build: cannot read the versions from $MODS/*/go.mod"
   fi
   BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -125,12 +129,14 @@ build_all() {
   flock 9
   build_component kubernetes "$MODS/kubernetes" "$K8S_VERSION" "$ld" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
   # etcd's version is a constant in go.etcd.io/etcd/api/v3/version; only its GitSHA is an ldflag.
   build_component etcd "$MODS/etcd" "$ETCD_VERSION" "-s -w" go.etcd.io/etcd/server/v3
   build_component helm "$MODS/helm" "$HELM_VERSION" \
     "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
     helm.sh/helm/v4/cmd/helm
+  # The node's cluster DNS: tests/control-plane/coredns/main.go links only the plugins it uses.
+  build_component coredns "$MODS/coredns" "$COREDNS_VERSION" "-s -w" .
   link_bins "$CACHE/bin"
   exec 9>&-
 }
@@ -494,8 +500,46 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 failSwapOn: false
 resolvConf: /etc/resolv.conf
+# The node's CoreDNS (node_dns) listens on the node's address, as a node-local DNS cache would.
+clusterDNS: [$NODE_IP]
+clusterDomain: cluster.local
 serializeImagePulls: false
 KCFG
+  # kube-proxy, the real one (iptables mode; the rules live in the node's network namespace).
+  # The built-in ClusterRoleBinding system:node-proxier grants the user system:kube-proxy.
+  cert kube-proxy system:kube-proxy || fail pki "openssl could not make kube-proxy's certificate"
+  APISERVER_URL="https://$SERVICE_IP:443" kubeconfig "$n/kube-proxy.kubeconfig" kube-proxy
+  cat > "$n/kube-proxy.yaml" <<PCFG
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $n/kube-proxy.kubeconfig}
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_CIDR
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+# The pods share one bridge; without br_netfilter (this kernel has no modules) a reply from a
+# Service's backend to a client on the same bridge would skip the un-DNAT, so every Service
+# connection is masqueraded to the bridge's address.
+iptables: {masqueradeAll: true, localhostNodePorts: false}
+# No CAP_SYS_RESOURCE (as for the kubelet), and the conntrack table size is the host's, not the
+# namespace's: leave the conntrack settings as they are.
+oomScoreAdj: 0
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+PCFG
+  # CoreDNS as the cluster DNS, run on the node like the kubelet; its RBAC is applied by node_dns.
+  cert coredns system:coredns || fail pki "openssl could not make CoreDNS's certificate"
+  APISERVER_URL="https://$SERVICE_IP:443" kubeconfig "$n/coredns.kubeconfig" coredns
+  cat > "$n/Corefile" <<DNS
+.:53 {
+    ready 127.0.0.1:8181
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $n/coredns.kubeconfig control-plane
+        fallthrough in-addr.arpa ip6.arpa
+    }
+}
+DNS
   cert kube-scheduler system:kube-scheduler || fail pki "openssl could not make the scheduler's certificate"
   kubeconfig "$DIR/kube-scheduler.kubeconfig" kube-scheduler
 }
@@ -557,7 +601,7 @@ node_up() {
   # The interpreter itself, not a wrapper (pyenv's shim is a shell script), so `running` knows it.
   python3 -c 'import sys; print(sys.executable)' > "$DIR/python"
   start forward-apiserver "$(cat "$DIR/python")" "$REPO/scripts/node/netns-forward.py" "/proc/$(ns_pid)/ns/net" \
-    "$SERVICE_IP:443=127.0.0.1:$APISERVER_PORT"
+    "$SERVICE_IP:443=127.0.0.1:$APISERVER_PORT" "$NODE_IP:$APISERVER_PORT=127.0.0.1:$APISERVER_PORT"
   basename "$(cat "$DIR/python")" > "$DIR/forward-apiserver.exe"
   wait_for forward-apiserver grep -q listening "$DIR/logs/forward-apiserver.log"
   start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$DIR/kube-scheduler.kubeconfig" \
@@ -572,7 +616,59 @@ node_up() {
     --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 2
   wait_for kubelet node_ready
   wait_for kube-scheduler curl -skf --max-time 2 "https://127.0.0.1:$SCHED_PORT/healthz"
-  echo "-- node $NODE_NAME Ready in $((SECONDS - t0)) s (containerd, kubelet, kube-scheduler; logs in $DIR/logs)" >&2
+  node_services
+  echo "-- node $NODE_NAME Ready in $((SECONDS - t0)) s (containerd, kubelet, kube-scheduler, kube-proxy, CoreDNS; logs in $DIR/logs)" >&2
+}
+
+# node_services: Services work as in a cluster. kube-proxy routes ClusterIPs in the node's
+# namespace, and CoreDNS answers the pods' cluster.local names at $NODE_IP.
+#   The apiserver keeps no endpoints for the `kubernetes` Service (--endpoint-reconciler-type
+#   none: its own address is the host's loopback), so the node writes them: $NODE_IP:port, where
+#   the apiserver's forwarder listens. Without them kube-proxy would reject $SERVICE_IP:443,
+#   which the kubelet and the pods use.
+node_services() {
+  local n="$DIR/node"
+  "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" apply -f - >> "$DIR/logs/node-services.log" 2>&1 <<YAML \
+    || { tail -n 5 "$DIR/logs/node-services.log" >&2; fail node-services "kubectl apply of the kubernetes Service's endpoints and CoreDNS's RBAC failed"; }
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes
+  namespace: default
+  labels:
+    kubernetes.io/service-name: kubernetes
+    endpointslice.kubernetes.io/managed-by: control-plane.sh
+addressType: IPv4
+endpoints:
+- addresses: ["$NODE_IP"]
+  conditions: {ready: true}
+ports:
+- {name: https, port: $APISERVER_PORT, protocol: TCP}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:coredns
+rules:
+- apiGroups: [""]
+  resources: [services, namespaces]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:coredns
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:coredns}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:coredns}
+YAML
+  start kube-proxy nsenter -t "$(ns_pid)" -m -n -- "$BIN/kube-proxy" --config "$n/kube-proxy.yaml" --v 2
+  wait_for kube-proxy in_node curl -sf --max-time 2 http://127.0.0.1:10256/healthz
+  start coredns nsenter -t "$(ns_pid)" -m -n -- "$BIN/coredns" -conf "$n/Corefile"
+  wait_for coredns in_node curl -sf --max-time 2 http://127.0.0.1:8181/ready
 }
 
 node_import() {

@@ -676,6 +676,52 @@ def test_the_demo_declares_and_serves_the_port_the_leader_service_targets():
     assert [p["targetPort"] for p in svc[0]["spec"]["ports"]] == ["http"]
 
 
+def test_the_demo_app_exits_at_once_on_sigterm_as_a_containers_pid_1(tmp_path):
+    """A shell that is the container's PID 1 ignores SIGTERM unless it traps it: the demo app then
+    held every deleted pod, and the sidecar's handover after it, for the whole grace period (30 s
+    in manifests/example on the real node). Run the demo script as PID 1 of a new PID namespace
+    (as in a container; a user namespace, so no root is needed) with busybox, its paths and port
+    moved to the test's, and send SIGTERM from outside."""
+    import signal
+    import time
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    assert os.access(busybox, os.X_OK), "busybox is missing: apt-get install busybox-static"
+    assert shutil.which("unshare"), "unshare is missing: apt-get install util-linux"
+    script = app_container(render_with("defaults"))["command"][2]
+    assert "/www" in script and "-p 8080" in script
+    script = script.replace("/www", str(tmp_path)).replace("-p 8080", "-p 127.0.0.1:0")
+    # busybox's applets (wget, sed, mv, ...) on the PATH, as in the busybox image.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for applet in ["sh", "busybox", "wget", "mv", "cat", "echo", "sed", "sleep"]:
+        (bin_dir / applet).symlink_to(busybox)
+    proc = subprocess.Popen(
+        [shutil.which("unshare"), "--user", "--map-root-user", "--pid", "--fork", "--", busybox, "sh", "-c", script],
+        env={"PATH": str(bin_dir)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # The shell inside: the only child of unshare, PID 1 of its namespace.
+        deadline = time.monotonic() + 10
+        inner = None
+        while inner is None and time.monotonic() < deadline:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            inner = int(children[0]) if children else None
+            time.sleep(0.05)
+        assert inner is not None, "the demo script did not start"
+        time.sleep(1.5)  # inside its loop: wget refused, sleep 1
+        os.kill(inner, signal.SIGTERM)
+        started = time.monotonic()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the demo app, as PID 1, did not exit within 5 s of SIGTERM (no trap?)")
+        assert proc.returncode == 0, proc.stderr.read().decode()
+        print(f"demo app exited {time.monotonic() - started:.3f} s after SIGTERM")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_leader_service_aimed_at_an_undeclared_port_fails_with_the_fix():
     """The README's values once left app.ports empty: the leader Service targeted the named port
     http that no container declared, and its EndpointSlice stayed empty."""

@@ -6,17 +6,21 @@
 //! commands with the cluster's own `helm` and `kubectl` on the PATH. A page whose command or
 //! values drift fails here.
 //!
-//! Mapped, not run as written, because this machine has no kind cluster and no cluster DNS or
-//! kube-proxy:
+//! "A request through the leader Service" is sent from another pod's app container (its own
+//! root, resolv.conf and busybox `wget`) to the Service's DNS name: the node's CoreDNS resolves
+//! it to the ClusterIP, and the node's kube-proxy routes that to the leader pod.
+//!
+//! Mapped, not run as written, because this machine has no kind cluster and no registry:
 //! - `kind load image-archive FILE` imports FILE into the node's containerd (what kind does);
 //! - the Redis endpoints of the values become the host's redis-servers, through the node's
-//!   forwarder;
-//! - "a request through the leader Service" goes from another pod's network namespace to the
-//!   address and port the leader Service's EndpointSlice gives, which is where kube-proxy would
-//!   send it.
+//!   forwarder (except in `manifests/example`, which runs its own Redis pods);
+//! - the Docker Hub images `manifests/example` names (`busybox:1.36`, `redis:7.2-alpine`) are
+//!   built here and imported under those names ([`library_images`]): the host's static busybox,
+//!   and the host's `redis-server` with its shared libraries.
 
 use super::*;
 
+use k8s_openapi::api::core::v1::Service;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -174,7 +178,10 @@ fn hello_image(cp: &ControlPlane) -> (&'static str, &'static str) {
         .args(["--entrypoint=/bin/sh", "--entrypoint=-c"])
         .arg(format!("--entrypoint={script}"))
         .arg("/bin/busybox=/bin/busybox")
-        .args(["sh", "mkdir", "echo", "hostname", "httpd"].map(|a| format!("/bin/{a}->busybox")))
+        .args(
+            ["sh", "mkdir", "echo", "hostname", "httpd", "wget"]
+                .map(|a| format!("/bin/{a}->busybox")),
+        )
         .status()
         .expect("run scripts/node/oci-image.py");
     assert!(status.success(), "oci-image.py of the hello app failed");
@@ -182,7 +189,87 @@ fn hello_image(cp: &ControlPlane) -> (&'static str, &'static str) {
     (repo, tag)
 }
 
+/// The Docker Hub images `manifests/example` names, built here from the host's programs and
+/// imported under those names (this machine reaches no image registry): `busybox:1.36` is the
+/// host's static busybox with every applet linked, `redis:7.2-alpine` the host's `redis-server`
+/// with the shared libraries `ldd` lists (Debian's Redis 7, not Alpine's build of 7.2).
+fn library_images(cp: &ControlPlane) {
+    let dir = tempdir();
+    let list = Command::new("/bin/busybox")
+        .arg("--list")
+        .output()
+        .expect("run /bin/busybox --list (Debian package busybox-static)");
+    let applets: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter(|a| *a != "busybox")
+        .map(|a| format!("/bin/{a}->busybox"))
+        .collect();
+    let busybox = dir.path().join("busybox.oci.tar");
+    oci_image(
+        &busybox,
+        "docker.io/library/busybox:1.36",
+        &["/bin/busybox=/bin/busybox".into()],
+        &applets,
+    );
+    cp.import_image(&busybox);
+
+    let found = Command::new("sh")
+        .args(["-c", "command -v redis-server"])
+        .output()
+        .expect("run sh");
+    let server = std::fs::canonicalize(String::from_utf8_lossy(&found.stdout).trim())
+        .expect("redis-server is on the PATH (Debian package redis-server)");
+    let ldd = Command::new("ldd").arg(&server).output().expect("run ldd");
+    assert!(ldd.status.success(), "ldd {}: {:?}", server.display(), ldd);
+    let mut files = vec![format!("{}=/usr/bin/redis-server", server.display())];
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        // `libssl.so.3 => /lib/x86_64-linux-gnu/libssl.so.3 (0x...)`, `/lib64/ld-linux-x86-64.so.2 (0x...)`
+        let path = line
+            .split("=>")
+            .last()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
+        if path.starts_with('/') {
+            files.push(format!("{path}={path}"));
+        }
+    }
+    let redis = dir.path().join("redis.oci.tar");
+    oci_image(&redis, "docker.io/library/redis:7.2-alpine", &files, &[]);
+    cp.import_image(&redis);
+}
+
+/// `scripts/node/oci-image.py OUT REF FILES... LINKS...` (no entrypoint: the pods give commands).
+fn oci_image(out: &std::path::Path, reference: &str, files: &[String], links: &[String]) {
+    let status = Command::new("python3")
+        .arg(cluster::repo().join("scripts/node/oci-image.py"))
+        .arg(out)
+        .arg(reference)
+        .args(files)
+        .args(links)
+        .status()
+        .expect("run scripts/node/oci-image.py");
+    assert!(status.success(), "oci-image.py of {reference} failed");
+}
+
 impl RealNode {
+    /// The leader Service's DNS name and port, and its ClusterIP.
+    fn leader_service(&self) -> (String, i32, String) {
+        let api: Api<Service> = Api::namespaced(self.cp.client.clone(), &self.ns);
+        let svc = self
+            .cp
+            .block_on(api.get(&self.service))
+            .unwrap_or_else(|e| panic!("no leader Service {}/{}: {e}", self.ns, self.service));
+        let spec = svc.spec.expect("the leader Service has a spec");
+        let port = spec.ports.iter().flatten().map(|p| p.port).next();
+        (
+            format!("{}.{}.svc.cluster.local", self.service, self.ns),
+            port.expect("the leader Service has a port"),
+            spec.cluster_ip.unwrap_or_default(),
+        )
+    }
+
     /// The leader Service's ready endpoint: (address, port), once its slice has exactly one.
     fn leader_endpoint(&self) -> Option<(String, i32)> {
         let api: Api<EndpointSlice> = Api::namespaced(self.cp.client.clone(), &self.ns);
@@ -204,20 +291,39 @@ impl RealNode {
 
     /// A request through the leader Service, sent from a pod other than `leader`: it must reach
     /// `leader`'s app (the hello app answers with its pod's name). The body.
+    /// A request from another pod's app container to the leader Service's DNS name reaches the
+    /// leader's app: the hello app's `hello from POD`, or the demo app's copy of its sidecar's
+    /// `/leader` answer, whose `identity` is the pod.
     fn request_reaches(&self, leader: &str) -> String {
+        let (host, port, cluster_ip) = self.leader_service();
+        let mut last = None;
         wait_for(Duration::from_secs(30), Duration::from_millis(200), || {
-            let (ip, port) = self.leader_endpoint()?;
             let from = self.live().into_iter().find(|p| name(p) != leader)?;
-            let port = u16::try_from(port).ok()?;
-            let body = self
-                .cp
-                .http_from(app_pid(&self.cp, &from)?, &ip, port, "/")?;
-            body.contains(&format!("hello from {leader}"))
-                .then_some(format!("{ip}:{port} -> {}", body.trim()))
+            // The host's `timeout`, not wget's `-T`: Debian's static busybox 1.35 wget crashes
+            // with -T.
+            let out = Command::new("timeout")
+                .args(["3", "nsenter", "-t", &app_pid(&self.cp, &from)?.to_string()])
+                .args(["-m", "-n", "-r", "-w", "--", "wget", "-qO-"])
+                .arg(format!("http://{host}:{port}/"))
+                .output()
+                .ok()?;
+            let body = String::from_utf8_lossy(&out.stdout).into_owned();
+            last = Some(format!("{body}{}", String::from_utf8_lossy(&out.stderr)));
+            (body.contains(&format!("hello from {leader}"))
+                || body.contains(&format!("\"identity\":\"{leader}\"")))
+            .then(|| {
+                format!(
+                    "{} -> http://{host}:{port}/ (ClusterIP {cluster_ip}) -> {}",
+                    name(&from),
+                    body.trim()
+                )
+            })
         })
         .unwrap_or_else(|| {
             panic!(
-                "no request through the leader Service reached {leader}'s app: endpoint {:?}",
+                "no request through the leader Service http://{host}:{port}/ (ClusterIP \
+                 {cluster_ip}) reached {leader}'s app; the Service's endpoint: {:?}; the last \
+                 answer: {last:?}",
                 self.leader_endpoint()
             )
         })
@@ -681,4 +787,40 @@ fn cp_docs_parent_chart_route_runs_from_the_page() {
         .expect("the dependency rendered no leader Service");
     let rn = node.workload("my-ns", "app.kubernetes.io/name=parent-app", &service);
     rn.route_works("route (b), your chart with the dependency", 2, t0);
+}
+
+/// `kubectl apply -k manifests/example` as the install page documents it: the generated base
+/// (the sidecar beside the busybox demo app, two replicas) and three Redis pods, whose addresses
+/// the sidecars resolve by their StatefulSet DNS names through the node's CoreDNS. One leader
+/// labelled, a request through the leader Service reaches its app (the demo app serves its
+/// sidecar's `/leader` answer), `kubectl delete pod` moves both; the page's `kubectl delete -k`
+/// leaves nothing of it.
+#[test]
+fn cp_docs_manifests_example_runs_from_the_page() {
+    const PAGE: &str = "docs/operating/install.md";
+    let node = RealNode::up();
+    library_images(&node.cp);
+    let work = Workdir::new();
+    let t0 = Instant::now();
+    for line in commands(&documented(PAGE, "manifests-example")) {
+        work.run(&node.cp, &line);
+    }
+    let rn = node.workload(
+        "redlock-demo",
+        "app.kubernetes.io/instance=my-app,app.kubernetes.io/component=app",
+        "my-app-leader",
+    );
+    rn.route_works("manifests/example (kubectl apply -k)", 2, t0);
+    for line in commands(&documented(PAGE, "manifests-example-delete")) {
+        work.run(&rn.cp, &line);
+    }
+    let gone = wait_for(Duration::from_secs(120), Duration::from_millis(500), || {
+        let left = rn.cp.kubectl(&["get", "namespaces", "-o", "name"]);
+        (!left.lines().any(|l| l == "namespace/redlock-demo")).then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "kubectl delete -k manifests/example left namespace redlock-demo: {}",
+        rn.cp.kubectl(&["get", "all", "-n", "redlock-demo"])
+    );
 }

@@ -170,7 +170,10 @@ Argument: the context dict.
 
 {{- define "redlock-elector.demoScript" -}}
 # Serves the pod's latest /leader answer on the port named http (the leader Service's target),
-# and logs each change.
+# and logs each change. Exits at once on SIGTERM: a shell as the container's PID 1 ignores the
+# signal without a trap, which would hold the pod, and the sidecar's handover after the app, for
+# the whole grace period.
+trap 'exit 0' TERM
 busybox httpd -p 8080 -h /www
 v=0
 while true; do
@@ -179,7 +182,8 @@ while true; do
     v=$(sed -n 's/.*"version":\([0-9]*\).*/\1/p' /www/index.html)
   fi
   sleep 1
-done
+done &
+wait
 {{- end -}}
 
 {{/*

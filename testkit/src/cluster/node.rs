@@ -245,6 +245,8 @@ const NODE_PROGRAMS: &[&str] = &[
     "containerd-shim-runc-v2",
     "runc",
     "kube-scheduler",
+    "kube-proxy",
+    "coredns",
     "pause",
     "busybox",
     "redlock-elector",
