@@ -631,6 +631,73 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
     }
     let rn = node.workload("shop", "app=web", "redlock-elector-leader");
     rn.route_works("route 1 (kustomize Component, kubectl apply -k)", 2, t0);
+
+    // A second workload in the same namespace, as the page's section says: worker-overlay is
+    // my-overlay with `worker` for `web` (its resources being the worker's manifests), plus the
+    // page's renaming patches. Both leaders and both Services then route, each to its own.
+    let worker = root.join("worker-overlay");
+    std::fs::create_dir_all(worker.join("select")).unwrap();
+    std::fs::create_dir_all(root.join("worker-base")).unwrap();
+    std::fs::write(
+        root.join("worker-base/deployment.yaml"),
+        hello_workload("Deployment", "worker", &hello),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("worker-base/kustomization.yaml"),
+        "resources: [deployment.yaml]\n",
+    )
+    .unwrap();
+    let to_worker = |text: &str, what: &str| swap(text, "web", "worker", what);
+    std::fs::write(
+        worker.join("config.yaml"),
+        to_worker(&endpoints(documented(PAGE, "component-config")), "config"),
+    )
+    .unwrap();
+    std::fs::write(
+        worker.join("select/kustomization.yaml"),
+        to_worker(&documented(PAGE, "component-select"), "select"),
+    )
+    .unwrap();
+    let worker_kustomization = swap(
+        &to_worker(
+            &std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap(),
+            "kustomization.yaml",
+        ),
+        "- ../base ",
+        "- ../worker-base ",
+        "kustomization.yaml",
+    );
+    assert!(
+        worker_kustomization.trim_end().ends_with("value: worker"),
+        "the overlay's kustomization.yaml no longer ends with its patches, so the page's \
+         patches cannot be added to them:\n{worker_kustomization}"
+    );
+    std::fs::write(
+        worker.join("kustomization.yaml"),
+        worker_kustomization + &documented(PAGE, "component-second-workload"),
+    )
+    .unwrap();
+    let t1 = Instant::now();
+    for line in commands(&documented(PAGE, "component-second-apply")) {
+        work.run_in(&rn.cp, &line, &root);
+    }
+    let rn = rn.workload("shop", "app=worker", "worker-elector-leader");
+    rn.leads_and_routes(
+        "route 1, a second workload in the namespace",
+        2,
+        Duration::from_secs(180),
+        t1,
+    );
+    let rn = rn.workload("shop", "app=web", "redlock-elector-leader");
+    rn.leads_and_routes(
+        "route 1, the first workload beside the second",
+        2,
+        Duration::from_secs(60),
+        t1,
+    );
+    work.run_in(&rn.cp, "kubectl delete -k worker-overlay", &root);
+
     let page = std::fs::read_to_string(cluster::repo().join(PAGE)).unwrap();
     assert!(
         page.contains("`kubectl delete -k my-overlay`"),

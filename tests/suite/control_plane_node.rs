@@ -163,6 +163,15 @@ impl RealNode {
             .items
     }
 
+    /// The workload's pods labelled leader (another workload in the namespace has its own).
+    fn labelled(&self) -> Vec<String> {
+        let mine: Vec<String> = self.pods().iter().map(name).collect();
+        labelled_leaders(&self.cp, &self.ns)
+            .into_iter()
+            .filter(|p| mine.contains(p))
+            .collect()
+    }
+
     fn pod(&self, name: &str) -> Pod {
         let api: Api<Pod> = Api::namespaced(self.cp.client.clone(), &self.ns);
         self.cp.block_on(api.get(name)).unwrap()
@@ -206,12 +215,12 @@ impl RealNode {
             (views.len() == replicas && views.iter().all(|v| v.eligible && !v.handover_pending))
                 .then_some(())?;
             let l = self.sidecar_leader()?;
-            (labelled_leaders(&self.cp, &self.ns) == [l.clone()]).then_some(l)
+            (self.labelled() == [l.clone()]).then_some(l)
         })
         .unwrap_or_else(|| {
             panic!(
                 "not settled within {timeout:?}: labelled {:?}, sidecar logs:\n{}",
-                labelled_leaders(&self.cp, &self.ns),
+                self.labelled(),
                 self.logs()
             )
         })
