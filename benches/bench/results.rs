@@ -24,6 +24,7 @@ const ORDER: &[&str] = &[
     "handover",
     "restart",
     "failover",
+    "margin",
     "run",
     "rollout",
     "load",
@@ -46,9 +47,9 @@ pub struct Results {
 /// Where and when figures were measured.
 #[derive(Serialize, Deserialize, Clone)]
 pub struct Run {
-    /// Names the run in `Figure::run`: its start, `YYYY-MM-DD HH:MM UTC`.
+    /// Names the run in `Figure::run`: when it ended and wrote the file, `YYYY-MM-DD HH:MM UTC`.
     pub id: String,
-    /// The commit measured (short hash), "+ local changes" when the tree differed from it.
+    /// The commit measured (short hash), "+ local changes" when the code differed from it.
     pub commit: String,
     /// The command that ran it.
     pub command: String,
@@ -192,7 +193,7 @@ impl Results {
         md.push_str("<!-- ANCHOR_END: targets -->\n\n");
         md.push_str("<!-- ANCHOR: runs -->\n");
         md.push_str(
-            "| run | started | commit | command | machine | load average before → after |\n\
+            "| run | finished | commit | command | machine | load average before → after |\n\
              |---|---|---|---|---|---|\n",
         );
         for (i, r) in self.runs.iter().enumerate() {
@@ -239,20 +240,21 @@ impl Results {
     }
 }
 
-/// This run: its start (now), commit, command line, machine and load.
+/// This run: its end (now), commit, command line, machine and load.
 pub fn this_run(load_before: &str, load_after: &str) -> Run {
     let id = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     // "2026-11-28T16:05:09Z" -> "2026-11-28 16:05 UTC"
     let id = format!("{} {} UTC", &id[..10], &id[11..16]);
     let head = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    // The results files themselves do not make the tree differ from the commit measured.
+    // Only the code counts: edits to the docs (the results file among them) change no figure.
     let dirty = git(&[
         "status",
         "--porcelain",
         "--untracked-files=no",
         "--",
         ".",
-        ":!docs/results",
+        ":!docs",
+        ":!*.md",
     ])
     .is_some_and(|s| !s.is_empty());
     let commit = if dirty {
