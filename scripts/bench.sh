@@ -7,6 +7,16 @@
 #   ./scripts/bench.sh --quick          few iterations (CI: scripts/check-bench.sh)
 #   ./scripts/bench.sh --json           the figures as JSON on stdout (progress on stderr)
 #   ./scripts/bench.sh --only acquire,tls,handover,restart,failover,rollout,load,fanout,footprint,fleet,binary,endpoints,real-node
+#
+# The results file: every run writes its figures into docs/results/figures.json and
+# docs/results/figures.md (the page docs/performance.md includes; the README's figures are
+# checked against it by tests/suite/docs_figures.rs). A run replaces only the sections it
+# measured: `--only handover` rewrites the handover rows, and every other row keeps the run
+# (date, commit, machine, load) that measured it. `--quick` (CI) never writes docs/: its merged
+# copy goes to target/bench-results/ ($CARGO_TARGET_DIR/bench-results/). The control-plane parts
+# below (endpoints, rollout's real rolling updates, real-node) print their figures only; the
+# file keeps their last recorded figures under the run that measured them. Commit the file
+# after a run; the run names the commit it measured ("+ local changes" when the tree differed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh

@@ -6,6 +6,10 @@
 //!   cargo bench --bench bench -- [--quick] [--json] [--only SECTION,...]
 //!   ./scripts/bench.sh [--quick] [--json]
 //!
+//! Every run also writes the results file ([`results`]): a full or `--only` run updates
+//! docs/results/figures.{json,md} (the sections it measured; the others keep their own run), a
+//! `--quick` run writes the same under the target directory instead.
+//!
 //! Sections (`args::SECTIONS`): `acquire`, `tls`, `handover`, `restart`, `failover`, `rollout`, `load`,
 //! `fanout`, `footprint`, `fleet`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's. `--quick` runs few
 //! iterations (CI); figures are printed, nothing ever fails on timing. The process exits
@@ -13,10 +17,10 @@
 //! `redis-server`). Run by `cargo test --all-targets` (a debug build, no arguments) it does
 //! nothing. See the README (Performance) and docs/performance.md.
 //!
-//! Layout: [`args`] the command line, [`report`] the figures and their printing, [`resp`] the
-//! one RESP client, [`floors`] and [`direct`] the hand-written clients the acquire figures are
-//! compared with, [`harness`] the bench's side of the test kit (`testkit`), [`scenarios`] one module
-//! per section.
+//! Layout: [`args`] the command line, [`report`] the figures and their printing, [`results`] the
+//! results file the docs include, [`resp`] the one RESP client, [`floors`] and [`direct`] the
+//! hand-written clients the acquire figures are compared with, [`harness`] the bench's side of
+//! the test kit (`testkit`), [`scenarios`] one module per section.
 
 mod args;
 mod direct;
@@ -24,6 +28,7 @@ mod floors;
 mod harness;
 mod report;
 mod resp;
+mod results;
 mod scenarios;
 
 // The harness the integration tests share (real redis-server, the real binary) and its fault
@@ -79,6 +84,25 @@ fn main() {
         let _ = writeln!(out, "{text}");
     } else {
         rep.print_table(&mut out);
+    }
+    let dir = if o.quick {
+        results::quick_dir()
+    } else {
+        results::committed_dir()
+    };
+    // Nothing measured (a debug run, `--only endpoints`): nothing to replace.
+    if !rep.rows.is_empty() {
+        let run = results::this_run(&load, &load_after);
+        match results::write(&dir, &rep.rows, run) {
+            Ok(()) => eprintln!("== results file: {}/figures.md", dir.display()),
+            Err(e) => {
+                eprintln!(
+                    "benches/bench: writing the results file in {}: {e}",
+                    dir.display()
+                );
+                std::process::exit(1);
+            }
+        }
     }
     rt.shutdown_background();
 }

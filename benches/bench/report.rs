@@ -1,5 +1,5 @@
 //! The figures: each printed to stderr as it is measured, then all of them as a Markdown table
-//! or as JSON on stdout.
+//! or as JSON on stdout, and into the results file ([`crate::results`]).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -10,19 +10,19 @@ use serde::Serialize;
 #[derive(Serialize, Clone)]
 pub struct Row {
     /// The section that measured it (`--only` names).
-    section: &'static str,
+    pub section: &'static str,
     /// What was measured, unique within the section.
-    name: String,
+    pub name: String,
     /// The figure itself, in `unit`.
-    value: f64,
+    pub value: f64,
     /// The unit of `value` and of the target.
-    unit: &'static str,
+    pub unit: &'static str,
     /// The target as text, e.g. "<= 10 ms".
-    target: Option<String>,
+    pub target: Option<String>,
     /// Whether `value` meets the target; `None` without one.
-    met: Option<bool>,
+    pub met: Option<bool>,
     /// How it was measured, for the reader of the table.
-    note: String,
+    pub note: String,
 }
 
 /// A figure's target: `value <= limit`, or `value >= limit` when `at_least`.

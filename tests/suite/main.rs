@@ -15,6 +15,7 @@ mod control_plane;
 mod control_plane_node;
 mod control_plane_rollout;
 mod dashboard_series;
+mod docs_figures;
 mod docs_links;
 mod election;
 mod exec;
