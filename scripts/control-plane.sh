@@ -435,7 +435,7 @@ node_images() {
 
 node_config() {
   local n="$DIR/node"
-  mkdir -p "$n/cni" "$n/cni-state" "$n/containerd" "$n/kubelet" "$n/pod-logs" "$n/sysctl"
+  mkdir -p "$n/cni" "$n/cni-state" "$n/containerd" "$n/kubelet" "$n/pod-logs" "$n/sysctl" "$n/certs.d"
   cat > "$n/containerd.toml" <<CFG
 version = 2
 root = "$n/containerd/root"
@@ -461,6 +461,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$n/cni"
+  # Registry hosts (read at each pull): a test points a registry's name at a loopback registry
+  # with DIR/node/certs.d/<registry>/hosts.toml.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$n/certs.d"
 CFG
   cat > "$n/cni/10-bridge.conflist" <<CNI
 {"cniVersion": "0.4.0", "name": "node", "plugins": [

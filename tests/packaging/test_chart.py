@@ -696,7 +696,7 @@ def test_the_demo_app_exits_at_once_on_sigterm_as_a_containers_pid_1(tmp_path):
     for applet in ["sh", "busybox", "wget", "mv", "cat", "echo", "sed", "sleep"]:
         (bin_dir / applet).symlink_to(busybox)
     proc = subprocess.Popen(
-        [shutil.which("unshare"), "--user", "--map-root-user", "--pid", "--fork", "--", busybox, "sh", "-c", script],
+        [shutil.which("unshare"), "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--", busybox, "sh", "-c", script],
         env={"PATH": str(bin_dir)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         # The shell inside: the only child of unshare, PID 1 of its namespace.
@@ -717,6 +717,7 @@ def test_the_demo_app_exits_at_once_on_sigterm_as_a_containers_pid_1(tmp_path):
         assert proc.returncode == 0, proc.stderr.read().decode()
         print(f"demo app exited {time.monotonic() - started:.3f} s after SIGTERM")
     finally:
+        # --kill-child: the namespace's PID 1, and so everything in it, dies with unshare.
         if proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -97,11 +97,16 @@ fn commands(block: &str) -> Vec<String> {
 /// by git meanwhile).
 struct Workdir {
     files: Vec<PathBuf>,
+    /// Variables the commands see besides the cluster's (a workflow's `env:`).
+    env: Vec<(String, String)>,
 }
 
 impl Workdir {
     fn new() -> Workdir {
-        Workdir { files: Vec::new() }
+        Workdir {
+            files: Vec::new(),
+            env: Vec::new(),
+        }
     }
 
     /// Write a user's file, as the page names it, in the checkout's root.
@@ -137,6 +142,7 @@ impl Workdir {
             .env("HELM_CACHE_HOME", helm_home.join("cache"))
             .env("HELM_CONFIG_HOME", helm_home.join("config"))
             .env("HELM_DATA_HOME", helm_home.join("data"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
             .unwrap_or_else(|e| panic!("cannot run sh -c {line:?}: {e}"));
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -330,6 +336,24 @@ impl RealNode {
     }
 }
 
+/// The README's `my-values.yaml`, with the hello app for the user's image and the test's Redis.
+fn readme_values(node: &RealNode, hello_repo: &str, hello_tag: &str) -> String {
+    let mut values = documented("README.md", "readme-values");
+    values = swap(&values, "registry.example.com/my-app", hello_repo, "values");
+    values = swap(
+        &values,
+        "tag: \"1.4.2\"",
+        &format!("tag: \"{hello_tag}\""),
+        "values",
+    );
+    with_endpoints(
+        &values,
+        |i| format!("redis://redis-{}.redis:6379", ["a", "b", "c"][i]),
+        &node.endpoints,
+        "values",
+    )
+}
+
 /// The README's install route, as written: build the image (`./scripts/image.sh build`), load it
 /// (kind's line, mapped to the node's import), `helm install` of the README's `my-values.yaml`
 /// (with the hello app, which names no ports, in place of `registry.example.com/my-app`, and the
@@ -354,20 +378,7 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
     }
 
     // 2. The README's values, with the user's image and Redis replaced.
-    let mut values = documented("README.md", "readme-values");
-    values = swap(&values, "registry.example.com/my-app", hello_repo, "values");
-    values = swap(
-        &values,
-        "tag: \"1.4.2\"",
-        &format!("tag: \"{hello_tag}\""),
-        "values",
-    );
-    values = with_endpoints(
-        &values,
-        |i| format!("redis://redis-{}.redis:6379", ["a", "b", "c"][i]),
-        &node.endpoints,
-        "values",
-    );
+    let values = readme_values(&node, hello_repo, hello_tag);
     work.write("my-values.yaml", &values);
 
     // 3. helm install and kubectl get, verbatim.
@@ -889,5 +900,289 @@ fn cp_docs_manifests_example_runs_from_the_page() {
         gone.is_some(),
         "kubectl delete -k manifests/example left namespace redlock-demo: {}",
         rn.cp.kubectl(&["get", "all", "-n", "redlock-demo"])
+    );
+}
+
+/// A loopback OCI registry, `crane registry serve` (the crane `scripts/image.sh` pins), stopped
+/// on drop.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+    crane: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        let out = Command::new(cluster::repo().join("scripts/image.sh"))
+            .arg("crane")
+            .output()
+            .expect("run scripts/image.sh crane");
+        assert!(
+            out.status.success(),
+            "scripts/image.sh crane failed: {out:?}"
+        );
+        let crane = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let dir = tempdir();
+        let log = dir.path().join("registry.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(&crane)
+            .args(["registry", "serve", "--address", "127.0.0.1:0"])
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("run crane registry serve");
+        let port = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            let (_, rest) = text.split_once("serving on port ")?;
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "crane registry serve did not say its port: {:?}",
+                std::fs::read_to_string(&log)
+            )
+        });
+        Registry {
+            child,
+            port,
+            crane,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The shell lines of the release workflow's step `name`: its `run: |` block, continuations
+/// joined.
+fn workflow_step(name: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(cluster::repo().join(".github/workflows/release.yml"))
+        .expect("read .github/workflows/release.yml");
+    let after = text
+        .split_once(&format!("- name: {name}\n"))
+        .unwrap_or_else(|| panic!("the release workflow has no step {name:?}"))
+        .1;
+    let (mut block, mut indent) = (String::new(), None);
+    for line in after.lines() {
+        let text = line.trim_start();
+        let depth = line.len() - text.len();
+        match indent {
+            None if text.starts_with("- ") => break,
+            None if text == "run: |" => indent = Some(depth + 2),
+            None => {}
+            Some(i) if !text.is_empty() && depth < i => break,
+            Some(_) => block.push_str(&format!("{text}\n")),
+        }
+    }
+    assert!(
+        !block.is_empty(),
+        "the release workflow's step {name:?} has no run block"
+    );
+    commands(&block)
+}
+
+/// The release, rehearsed, then installed as the page says users will after it. The release
+/// workflow's own steps (`.github/workflows/release.yml`, read from the file) run against a
+/// loopback registry in place of ghcr.io: the tag checks, the push of the image by digest, the
+/// multi-arch index (this machine's architecture only), `helm lint --strict`, `helm package` and
+/// `helm push` of the chart. Then the node is given that registry for `ghcr.io` (containerd's
+/// hosts.toml), the imported sidecar image is removed, and the install page's post-release
+/// `helm install oci://…` runs with the README's values: the chart comes from the registry,
+/// every pod pulls the image, one leader is labelled and the leader Service routes to it.
+#[test]
+fn cp_docs_published_route_installs_the_released_chart_and_pulls_the_image() {
+    let node = RealNode::up();
+    let mut work = Workdir::new();
+    let (hello_repo, hello_tag) = hello_image(&node.cp);
+    let registry = Registry::start();
+    let local = format!("127.0.0.1:{}", registry.port);
+    let reference = &sidecar_image().reference;
+    let (_, version) = reference.rsplit_once(':').unwrap();
+    let arch = if std::env::consts::ARCH == "x86_64" {
+        "amd64"
+    } else {
+        "arm64"
+    };
+    let other = if arch == "amd64" { "arm64" } else { "amd64" };
+
+    // The release: the workflow's steps, from a directory laid out like its checkout (the
+    // scripts and the chart of this one, the image the real node built with the same
+    // `scripts/image.sh build`, where the workflow's build step writes it).
+    let checkout = tempdir();
+    for d in ["scripts", "charts", "Cargo.toml"] {
+        std::os::unix::fs::symlink(cluster::repo().join(d), checkout.path().join(d)).unwrap();
+    }
+    std::fs::create_dir_all(checkout.path().join("target/image")).unwrap();
+    std::fs::copy(
+        &sidecar_image().tar,
+        checkout
+            .path()
+            .join(format!("target/image/redlock-elector-{arch}.oci.tar")),
+    )
+    .unwrap();
+    work.env = vec![
+        (
+            "IMAGE".into(),
+            format!("{local}/redlock-elector/redlock-elector"),
+        ),
+        (
+            "IMAGE_REPOSITORY".into(),
+            format!("{local}/redlock-elector/redlock-elector"),
+        ),
+        (
+            "CHART_REPO".into(),
+            format!("oci://{local}/redlock-elector/charts"),
+        ),
+        ("GITHUB_REF_NAME".into(), format!("v{version}")),
+    ];
+    let steps = [
+        "the tag is the crate's version",
+        "push it by digest",
+        "multi-arch index ghcr.io/redlock-elector/redlock-elector:<version>",
+        "the chart's version is the tag's",
+        "package and push the chart (OCI artifact)",
+    ];
+    for step in steps {
+        // A step's lines run as one script, as the runner does (`bash -e`): its variables
+        // carry from line to line.
+        let mut script = vec!["set -e".to_string()];
+        for line in workflow_step(step) {
+            if line.contains(" login ") {
+                report(
+                    "release: mapped",
+                    format!("`{line}` -> none (a loopback registry)"),
+                );
+                continue;
+            }
+            let mut line = line.replace("${{ matrix.arch }}", arch);
+            if line.contains("index append") {
+                line = swap(
+                    &line,
+                    &format!(" -m \"$(cat refs/image-ref-{other}/ref)\""),
+                    "",
+                    "index step",
+                );
+            }
+            if line.starts_with("helm push ") {
+                line += " --plain-http";
+            }
+            script.push(line);
+        }
+        work.run_in(&node.cp, &script.join("\n"), checkout.path());
+        if step == "push it by digest" {
+            // upload-artifact / download-artifact: the ref file, for the index job.
+            let refs = checkout.path().join(format!("refs/image-ref-{arch}"));
+            std::fs::create_dir_all(&refs).unwrap();
+            std::fs::copy(checkout.path().join("target/image/ref"), refs.join("ref")).unwrap();
+        }
+    }
+    work.env.clear();
+
+    // The node pulls ghcr.io's images from the loopback registry, and has no copy of its own.
+    let node_addr = node.cp.forward(&[registry.port]);
+    let hosts = node.cp.dir.join("node/certs.d/ghcr.io");
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(
+        hosts.join("hosts.toml"),
+        format!(
+            "server = \"https://ghcr.io\"\n[host.\"http://{node_addr}:{}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            registry.port
+        ),
+    )
+    .unwrap();
+    let socket = node.cp.dir.join("node/containerd.sock");
+    let ctr = |args: &[&str]| {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(&socket)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .output()
+            .expect("run ctr")
+    };
+    assert!(
+        ctr(&["images", "rm", reference]).status.success(),
+        "ctr images rm {reference}"
+    );
+
+    // The install page's post-release command, with ghcr.io's chart repository mapped to the
+    // loopback registry (plain HTTP).
+    work.write(
+        "my-values.yaml",
+        &readme_values(&node, hello_repo, hello_tag),
+    );
+    let install = commands(&documented(
+        "docs/operating/install.md",
+        "published-install",
+    ));
+    assert_eq!(
+        install.len(),
+        1,
+        "the page's post-release install: {install:?}"
+    );
+    let line = swap(
+        &install[0],
+        "oci://ghcr.io/redlock-elector/charts/",
+        &format!("oci://{local}/redlock-elector/charts/"),
+        "post-release install",
+    ) + " --plain-http";
+    let t0 = Instant::now();
+    work.run(&node.cp, &line);
+    let rn = node.workload(
+        "my-ns",
+        "app.kubernetes.io/instance=my-app",
+        "my-app-redlock-elector-leader",
+    );
+    rn.leads_and_routes(
+        "the published route (helm install oci://, the image pulled)",
+        3,
+        Duration::from_secs(240),
+        t0,
+    );
+    let digest = Command::new(&registry.crane)
+        .args([
+            "digest",
+            &format!("{local}/redlock-elector/redlock-elector:{version}"),
+        ])
+        .output()
+        .expect("run crane digest");
+    let digest = String::from_utf8_lossy(&digest.stdout).trim().to_string();
+    for pod in rn.pods() {
+        let ids: Vec<String> = pod
+            .status
+            .iter()
+            .flat_map(|s| s.init_container_statuses.iter().flatten())
+            .filter(|c| c.name == "redlock-elector")
+            .map(|c| c.image_id.clone())
+            .collect();
+        assert_eq!(
+            ids,
+            [format!(
+                "{reference_repo}@{digest}",
+                reference_repo = reference.rsplit_once(':').unwrap().0
+            )],
+            "{}: the sidecar's image is not the one pulled from the registry",
+            name(&pod)
+        );
+    }
+    assert!(
+        ctr(&["images", "ls", "-q"])
+            .stdout
+            .windows(reference.len())
+            .any(|w| w == reference.as_bytes()),
+        "the node has no {reference} after the install: it was not pulled"
+    );
+    report(
+        "release: the sidecar image every pod runs",
+        format!("{reference} pulled, {digest}"),
     );
 }
