@@ -441,25 +441,7 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
     for line in commands(&documented("docs/operating/install.md", "uninstall")) {
         work.run(&rn.cp, &line);
     }
-    let left = wait_for(Duration::from_secs(120), Duration::from_millis(500), || {
-        let out = rn.cp.kubectl(&[
-            "get",
-            "all,configmap,serviceaccount,role,rolebinding,poddisruptionbudget,endpointslice",
-            "-n",
-            "my-ns",
-            "-l",
-            "app.kubernetes.io/instance=my-app",
-            "-o",
-            "name",
-        ]);
-        out.trim().is_empty().then_some(())
-    });
-    assert!(
-        left.is_some(),
-        "objects left after the documented uninstall:\n{}",
-        rn.cp
-            .kubectl(&["get", "all,configmap,role,rolebinding", "-n", "my-ns"])
-    );
+    rn.nothing_left("the install page's uninstall");
     // What stays in Redis: each key's name and whether it expires, on every node, against the
     // page's list of what an uninstall leaves.
     let page = std::fs::read_to_string(cluster::repo().join("docs/operating/install.md")).unwrap();
@@ -527,6 +509,35 @@ impl RealNode {
             self.request_reaches(&leader),
         );
         leader
+    }
+
+    /// After a route's documented removal: nothing of it is left in the namespace but what
+    /// every namespace has (`default` ServiceAccount, `kube-root-ca.crt`) and the Secrets the
+    /// user made by hand. Waits for the deletions to finish.
+    fn nothing_left(&self, what: &str) {
+        let kinds =
+            "all,configmap,serviceaccount,role,rolebinding,poddisruptionbudget,endpointslice";
+        let left = || -> Vec<String> {
+            self.cp
+                .kubectl(&["get", kinds, "-n", &self.ns, "-o", "name"])
+                .lines()
+                .filter(|l| !["serviceaccount/default", "configmap/kube-root-ca.crt"].contains(l))
+                .map(str::to_string)
+                .collect()
+        };
+        let gone = wait_for(Duration::from_secs(120), Duration::from_millis(500), || {
+            left().is_empty().then_some(())
+        });
+        assert!(
+            gone.is_some(),
+            "{what} left in namespace {}: {:?}",
+            self.ns,
+            left()
+        );
+        report(
+            &format!("docs: {what}"),
+            format!("nothing left in namespace {}", self.ns),
+        );
     }
 
     /// What every route must show once its documented commands ran (`t0`: when they started):
@@ -715,6 +726,7 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
         "the page no longer says how to remove route 1"
     );
     work.run_in(&rn.cp, "kubectl delete -k my-overlay", &root);
+    rn.nothing_left("route 1's kubectl delete -k (both overlays)");
     rn.cp.kubectl(&["delete", "namespace", "shop", "--wait"]);
 
     // Route 1 with a Redis password and TLS: three TLS redis-servers that require a password,
@@ -763,6 +775,7 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
         t0,
     );
     work.run_in(&rn.cp, "kubectl delete -k my-overlay", &root);
+    rn.nothing_left("route 1 with TLS, kubectl delete -k");
     let _ = std::fs::remove_dir_all(&root);
     rn.cp.kubectl(&["delete", "namespace", "shop", "--wait"]);
     drop(tls_redis);
@@ -800,6 +813,10 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
     }
     let rn = rn.workload("shop", "app=shop-db", "redlock-elector-leader");
     rn.route_works("route 2 (helm install --post-renderer)", 2, t0);
+    for line in commands(&documented(PAGE, "post-renderer-uninstall")) {
+        work.run(&rn.cp, &line);
+    }
+    rn.nothing_left("route 2's helm uninstall");
 }
 
 /// Route (b) of the install page, your own chart with this one as a dependency, from the page's
@@ -865,6 +882,11 @@ fn cp_docs_parent_chart_route_runs_from_the_page() {
         .expect("the dependency rendered no leader Service");
     let rn = node.workload("my-ns", "app.kubernetes.io/name=parent-app", &service);
     rn.route_works("route (b), your chart with the dependency", 2, t0);
+    // The install page's uninstall: the same release name and namespace.
+    for line in commands(&documented(PAGE, "uninstall")) {
+        work.run_in(&rn.cp, &line, dir.path());
+    }
+    rn.nothing_left("route (b), the install page's uninstall");
 }
 
 /// `kubectl apply -k manifests/example` as the install page documents it: the generated base
@@ -889,6 +911,7 @@ fn cp_docs_manifests_example_runs_from_the_page() {
         "my-app-leader",
     );
     rn.route_works("manifests/example (kubectl apply -k)", 2, t0);
+    // The Redis pods the example runs hold the only state; the namespace goes with them.
     for line in commands(&documented(PAGE, "manifests-example-delete")) {
         work.run(&rn.cp, &line);
     }
