@@ -151,11 +151,7 @@ impl Report {
         );
         for r in &self.rows {
             let target = r.target.as_deref().map(|t| format!("{t} {}", r.unit));
-            let status = match r.met {
-                Some(true) => "met",
-                Some(false) => "NOT MET",
-                None => "",
-            };
+            let status = status(r.met);
             let _ = writeln!(
                 out,
                 "| {} | {} | {} {} | {} | {status} | {} |",
@@ -171,6 +167,16 @@ impl Report {
 }
 
 /// A figure with about three significant digits; NaN (not measured) as "n/a".
+/// A figure's status against its target, as the tables print it: `met`, `NOT MET`, or nothing
+/// for a figure without a target.
+pub fn status(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "NOT MET",
+        None => "",
+    }
+}
+
 pub fn fmt_val(v: f64) -> String {
     if v.is_nan() {
         "n/a".into()

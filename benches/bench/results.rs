@@ -15,7 +15,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::{Row, fmt_val};
+use crate::report::{Row, fmt_val, status};
 
 /// The section order of the files; sections not listed (kept from elsewhere) come last.
 const ORDER: &[&str] = &[
@@ -174,10 +174,10 @@ impl Results {
         md.push_str("<!-- ANCHOR: targets -->\n");
         md.push_str("| figure | value | target | | run |\n|---|---:|---|---|---|\n");
         for f in self.figures.iter().filter(|f| f.target.is_some()) {
+            // The short table puts a missed target in bold.
             let status = match f.met {
-                Some(true) => "met",
                 Some(false) => "**NOT MET**",
-                None => "",
+                met => status(met),
             };
             let _ = writeln!(
                 md,
@@ -220,11 +220,7 @@ impl Results {
                 .as_deref()
                 .map(|t| format!("{t} {}", f.unit))
                 .unwrap_or_default();
-            let status = match f.met {
-                Some(true) => "met",
-                Some(false) => "NOT MET",
-                None => "",
-            };
+            let status = status(f.met);
             let _ = writeln!(
                 md,
                 "| {} | {} | {} | {target} | {status} | {} | {} |",

@@ -177,20 +177,16 @@ fn hello_image(cp: &ControlPlane) -> (&'static str, &'static str) {
     let tar = dir.path().join("hello.oci.tar");
     let script = "trap 'exit 0' TERM; mkdir -p /www; echo \"hello from $(hostname)\" > /www/index.html; \
                   httpd -f -p 8080 -h /www & wait";
-    let status = Command::new("python3")
-        .arg(cluster::repo().join("scripts/node/oci-image.py"))
-        .arg(&tar)
-        .arg(format!("{repo}:{tag}"))
-        .args(["--entrypoint=/bin/sh", "--entrypoint=-c"])
-        .arg(format!("--entrypoint={script}"))
-        .arg("/bin/busybox=/bin/busybox")
-        .args(
-            ["sh", "mkdir", "echo", "hostname", "httpd", "wget"]
-                .map(|a| format!("/bin/{a}->busybox")),
-        )
-        .status()
-        .expect("run scripts/node/oci-image.py");
-    assert!(status.success(), "oci-image.py of the hello app failed");
+    let mut entries = vec!["/bin/busybox=/bin/busybox".to_string()];
+    entries.extend(
+        ["sh", "mkdir", "echo", "hostname", "httpd", "wget"].map(|a| format!("/bin/{a}->busybox")),
+    );
+    oci_image(
+        &tar,
+        &format!("{repo}:{tag}"),
+        &["/bin/sh", "-c", script],
+        &entries,
+    );
     cp.import_image(&tar);
     (repo, tag)
 }
@@ -205,18 +201,15 @@ fn library_images(cp: &ControlPlane) {
         .arg("--list")
         .output()
         .expect("run /bin/busybox --list (Debian package busybox-static)");
-    let applets: Vec<String> = String::from_utf8_lossy(&list.stdout)
-        .lines()
-        .filter(|a| *a != "busybox")
-        .map(|a| format!("/bin/{a}->busybox"))
-        .collect();
-    let busybox = dir.path().join("busybox.oci.tar");
-    oci_image(
-        &busybox,
-        "docker.io/library/busybox:1.36",
-        &["/bin/busybox=/bin/busybox".into()],
-        &applets,
+    let mut entries = vec!["/bin/busybox=/bin/busybox".to_string()];
+    entries.extend(
+        String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .filter(|a| *a != "busybox")
+            .map(|a| format!("/bin/{a}->busybox")),
     );
+    let busybox = dir.path().join("busybox.oci.tar");
+    oci_image(&busybox, "docker.io/library/busybox:1.36", &[], &entries);
     cp.import_image(&busybox);
 
     let found = Command::new("sh")
@@ -242,18 +235,19 @@ fn library_images(cp: &ControlPlane) {
         }
     }
     let redis = dir.path().join("redis.oci.tar");
-    oci_image(&redis, "docker.io/library/redis:7.2-alpine", &files, &[]);
+    oci_image(&redis, "docker.io/library/redis:7.2-alpine", &[], &files);
     cp.import_image(&redis);
 }
 
-/// `scripts/node/oci-image.py OUT REF FILES... LINKS...` (no entrypoint: the pods give commands).
-fn oci_image(out: &std::path::Path, reference: &str, files: &[String], links: &[String]) {
+/// `scripts/node/oci-image.py OUT REF [--entrypoint=ARG]... ENTRY...`: an image of `entries`
+/// (`SRC=DEST` files and `LINK->TARGET` links); with no `entrypoint`, the pods give commands.
+fn oci_image(out: &std::path::Path, reference: &str, entrypoint: &[&str], entries: &[String]) {
     let status = Command::new("python3")
         .arg(cluster::repo().join("scripts/node/oci-image.py"))
         .arg(out)
         .arg(reference)
-        .args(files)
-        .args(links)
+        .args(entrypoint.iter().map(|a| format!("--entrypoint={a}")))
+        .args(entries)
         .status()
         .expect("run scripts/node/oci-image.py");
     assert!(status.success(), "oci-image.py of {reference} failed");
@@ -618,17 +612,20 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
     let _ = std::fs::remove_dir_all(&root);
     let overlay = root.join("my-overlay");
     std::fs::create_dir_all(overlay.join("select")).unwrap();
-    std::fs::create_dir_all(root.join("base")).unwrap();
-    std::fs::write(
-        root.join("base/deployment.yaml"),
-        hello_workload("Deployment", "web", &hello),
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("base/kustomization.yaml"),
-        "resources: [deployment.yaml]\n",
-    )
-    .unwrap();
+    let base = |dir: &str, workload: &str| {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        std::fs::write(
+            root.join(dir).join("deployment.yaml"),
+            hello_workload("Deployment", workload, &hello),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join(dir).join("kustomization.yaml"),
+            "resources: [deployment.yaml]\n",
+        )
+        .unwrap();
+    };
+    base("base", "web");
     std::fs::write(
         overlay.join("config.yaml"),
         endpoints(documented(PAGE, "component-config")),
@@ -659,17 +656,7 @@ fn cp_docs_existing_workload_routes_run_from_the_page() {
     // page's renaming patches. Both leaders and both Services then route, each to its own.
     let worker = root.join("worker-overlay");
     std::fs::create_dir_all(worker.join("select")).unwrap();
-    std::fs::create_dir_all(root.join("worker-base")).unwrap();
-    std::fs::write(
-        root.join("worker-base/deployment.yaml"),
-        hello_workload("Deployment", "worker", &hello),
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("worker-base/kustomization.yaml"),
-        "resources: [deployment.yaml]\n",
-    )
-    .unwrap();
+    base("worker-base", "worker");
     let to_worker = |text: &str, what: &str| swap(text, "web", "worker", what);
     std::fs::write(
         worker.join("config.yaml"),
@@ -1029,7 +1016,7 @@ fn cp_docs_published_route_installs_the_released_chart_and_pulls_the_image() {
     let registry = Registry::start();
     let local = format!("127.0.0.1:{}", registry.port);
     let reference = &sidecar_image().reference;
-    let (_, version) = reference.rsplit_once(':').unwrap();
+    let (image_repo, version) = reference.rsplit_once(':').unwrap();
     let arch = if std::env::consts::ARCH == "x86_64" {
         "amd64"
     } else {
@@ -1189,10 +1176,7 @@ fn cp_docs_published_route_installs_the_released_chart_and_pulls_the_image() {
             .collect();
         assert_eq!(
             ids,
-            [format!(
-                "{reference_repo}@{digest}",
-                reference_repo = reference.rsplit_once(':').unwrap().0
-            )],
+            [format!("{image_repo}@{digest}")],
             "{}: the sidecar's image is not the one pulled from the registry",
             name(&pod)
         );
