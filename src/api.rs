@@ -8,6 +8,13 @@
 //! - `POST /leader/step-down` — release and sit out a cool-down: 200 if it was leader, else 409.
 //! - `GET /` — `{"name": "<leader or empty>", "last_update": "<RFC 3339>"}`: the answer of the
 //!   kubernetes contrib `leader-elector` and of nais/elector, so their users switch images only.
+//! - `GET /leases` — every lease of this sidecar (`lease.names`; one for the single-lease form)
+//!   as [`Leases`]: its version is the sum of the leases' versions, so it changes whenever one
+//!   of them does. `?wait=30s&version=N` long-polls as `/leader` does; `GET /leases/watch` is
+//!   its SSE stream; `GET /leases/{name}` is one lease's answer in `/leader`'s shape, and
+//!   `POST /leases/{name}/step-down` steps down from that lease alone.
+//!
+//! With several leases, `/leader` and its siblings answer for the first.
 //!
 //! Every answer is evaluated against the deadline at the moment of answering.
 
@@ -22,8 +29,88 @@ use tokio::time::{Instant, sleep_until};
 use warp::http::StatusCode;
 use warp::{Filter, Rejection, Reply};
 
-use crate::elector::{StepDown, StepDownReason, StepDownRequest};
+use std::sync::Arc;
+
+use crate::elector::{LoopHealth, StepDown, StepDownReason, StepDownRequest};
 use crate::leadership::{Shared, View};
+use crate::metrics::Metrics;
+
+/// One lease as the API and the ops server answer for it.
+#[derive(Clone)]
+pub struct LeaseApi {
+    /// Its leadership, eligibility and candidacy.
+    pub shared: Shared,
+    /// Its elector's step-down requests.
+    pub step_down: mpsc::Sender<StepDownRequest>,
+    /// Its series (the ops server sets the answer-time gauges).
+    pub metrics: Metrics,
+    /// Its election loop's liveness.
+    pub health: Arc<LoopHealth>,
+}
+
+/// `GET /leases`: every lease of this sidecar.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Leases {
+    /// The sum of the leases' versions: it changes whenever one lease's answer does (a
+    /// `version` for `?wait=`).
+    pub version: u64,
+    /// How many of them this sidecar leads now.
+    pub leading: usize,
+    /// Each lease's answer, as `GET /leader` gives it for a single lease, in config order.
+    pub leases: Vec<View>,
+}
+
+/// Every lease's answer right now.
+pub fn leases_view(all: &[LeaseApi]) -> Leases {
+    let leases: Vec<View> = all.iter().map(|l| l.shared.view()).collect();
+    Leases {
+        version: leases.iter().map(|v| v.version).sum(),
+        leading: leases.iter().filter(|v| v.is_leader).count(),
+        leases,
+    }
+}
+
+/// Wait until the answer of [`leases_view`] has a version other than `version`, or `until`.
+pub async fn wait_for_leases(all: &[LeaseApi], version: u64, until: Instant) -> Leases {
+    let mut rxs: Vec<_> = all.iter().map(|l| l.shared.leadership.clone()).collect();
+    loop {
+        let now = Instant::now();
+        let (sum, deadline) = rxs
+            .iter_mut()
+            .zip(all)
+            .fold((0, None), |(sum, d), (rx, l)| {
+                let s = rx.borrow_and_update();
+                let v = s.view(&l.shared.lease, &l.shared.identity, now).version;
+                let dl = s.term.map(|t| t.deadline);
+                (sum + v, [d, dl].into_iter().flatten().min())
+            });
+        if sum != version || now >= until {
+            return leases_view(all);
+        }
+        // A view also changes, without a publish, when a term's deadline passes.
+        let wake = deadline.map_or(until, |d: Instant| d.max(now).min(until));
+        let changed = futures::future::select_all(rxs.iter_mut().map(|r| Box::pin(r.changed())));
+        tokio::select! {
+            (r, _, _) = changed => if r.is_err() { return leases_view(all) },
+            _ = sleep_until(wake) => {}
+        }
+    }
+}
+
+/// The SSE stream of `/leases/watch`: the current answer, then one per change.
+pub fn leases_changes(all: Arc<[LeaseApi]>) -> impl Stream<Item = Leases> {
+    futures::stream::unfold((all, None::<u64>), |(all, last)| async move {
+        let view = match last {
+            None => leases_view(&all),
+            Some(v) => wait_for_leases(&all, v, Instant::now() + SSE_UNTIL).await,
+        };
+        if last == Some(view.version) {
+            return None;
+        }
+        let v = view.version;
+        Some((view, (all, Some(v))))
+    })
+}
 
 /// Longest accepted long-poll.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -198,9 +285,48 @@ async fn recover(r: Rejection) -> Result<warp::reply::Response, Infallible> {
 
 /// All routes of the API.
 pub fn routes(
-    shared: Shared,
-    step_down: mpsc::Sender<StepDownRequest>,
+    all: Vec<LeaseApi>,
 ) -> impl Filter<Extract = (warp::reply::Response,), Error = Infallible> + Clone {
+    let all: Arc<[LeaseApi]> = all.into();
+    let shared = all[0].shared.clone();
+    let step_down = all[0].step_down.clone();
+    let with_all = {
+        let a = all.clone();
+        warp::any().map(move || a.clone())
+    };
+    let leases = warp::path!("leases")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with_all.clone())
+        .and_then(get_leases);
+    let leases_watch = warp::path!("leases" / "watch")
+        .and(warp::get())
+        .and(with_all.clone())
+        .map(|all: Arc<[LeaseApi]>| sse(leases_changes(all), |v: &Leases| v.version));
+    let lease_one = warp::path!("leases" / String)
+        .and(warp::get())
+        .and(with_all.clone())
+        .map(|name: String, all: Arc<[LeaseApi]>| {
+            match all.iter().find(|l| *l.shared.lease == *name) {
+                Some(l) => warp::reply::json(&l.shared.view()).into_response(),
+                None => error(
+                    StatusCode::NOT_FOUND,
+                    format!("no lease {name:?} in this sidecar"),
+                ),
+            }
+        });
+    let lease_step = warp::path!("leases" / String / "step-down")
+        .and(warp::post())
+        .and(with_all)
+        .and_then(|name: String, all: Arc<[LeaseApi]>| async move {
+            match all.iter().find(|l| *l.shared.lease == *name) {
+                Some(l) => post_step_down(l.shared.clone(), l.step_down.clone()).await,
+                None => Ok(error(
+                    StatusCode::NOT_FOUND,
+                    format!("no lease {name:?} in this sidecar"),
+                )),
+            }
+        });
     let with_shared = {
         let s = shared.clone();
         warp::any().map(move || s.clone())
@@ -213,23 +339,7 @@ pub fn routes(
     let watch = warp::path!("leader" / "watch")
         .and(warp::get())
         .and(with_shared.clone())
-        .map(|shared: Shared| {
-            use futures::StreamExt;
-            let events = changes(shared).map(|v| {
-                Ok::<_, Infallible>(
-                    warp::sse::Event::default()
-                        .id(v.version.to_string())
-                        .json_data(&v)
-                        .unwrap_or_default(),
-                )
-            });
-            warp::sse::reply(
-                warp::sse::keep_alive()
-                    .interval(SSE_KEEP_ALIVE)
-                    .stream(events),
-            )
-            .into_response()
-        });
+        .map(|shared: Shared| sse(changes(shared), |v: &View| v.version));
     let root = warp::path::end()
         .and(warp::get())
         .and(with_shared.clone())
@@ -246,8 +356,54 @@ pub fn routes(
         .unify()
         .or(step)
         .unify()
+        .or(leases)
+        .unify()
+        .or(leases_watch)
+        .unify()
+        .or(lease_one)
+        .unify()
+        .or(lease_step)
+        .unify()
         .recover(recover)
         .unify()
+}
+
+/// A Server-Sent Events answer: one event per item, its `id` the item's version, its `data`
+/// the item as JSON, and a keep-alive comment every [`SSE_KEEP_ALIVE`].
+fn sse<T: Serialize + Send + Sync + 'static>(
+    items: impl Stream<Item = T> + Send + Sync + 'static,
+    version: fn(&T) -> u64,
+) -> warp::reply::Response {
+    use futures::StreamExt;
+    let events = items.map(move |v| {
+        Ok::<_, Infallible>(
+            warp::sse::Event::default()
+                .id(version(&v).to_string())
+                .json_data(&v)
+                .unwrap_or_default(),
+        )
+    });
+    warp::sse::reply(
+        warp::sse::keep_alive()
+            .interval(SSE_KEEP_ALIVE)
+            .stream(events),
+    )
+    .into_response()
+}
+
+async fn get_leases(
+    q: HashMap<String, String>,
+    all: Arc<[LeaseApi]>,
+) -> Result<warp::reply::Response, Infallible> {
+    match parse_wait(&q) {
+        Err(e) => Ok(error(StatusCode::BAD_REQUEST, e.to_string())),
+        Ok(None) => Ok(warp::reply::json(&leases_view(&all)).into_response()),
+        Ok(Some(LongPoll { wait, version })) => {
+            let version = version.unwrap_or_else(|| leases_view(&all).version);
+            let view = wait_for_leases(&all, version, Instant::now() + wait).await;
+            Ok(warp::reply::json(&view).into_response())
+        }
+    }
 }
 
 /// Serve the API on `listener` until `stop` is cancelled (at the end of the shutdown, after
@@ -256,13 +412,10 @@ pub fn routes(
 /// the process exits.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    shared: Shared,
-    step_down: mpsc::Sender<StepDownRequest>,
+    all: Vec<LeaseApi>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let server = warp::serve(routes(shared, step_down))
-        .incoming(listener)
-        .run();
+    let server = warp::serve(routes(all)).incoming(listener).run();
     tokio::select! {
         _ = server => {}
         _ = stop.cancelled() => {}

@@ -285,6 +285,42 @@ impl Leadership {
     }
 }
 
+/// With several leases (`lease.names`): one leadership, for the pod label, that is led while
+/// any lease is. It is the led term with the latest deadline (so it ends only when the last led
+/// term ends), else the first lease's state; republished on every change of any lease, until
+/// an elector goes (at shutdown they all go).
+pub fn any_led(
+    tasks: &tokio_util::task::TaskTracker,
+    mut all: Vec<watch::Receiver<Leadership>>,
+) -> watch::Receiver<Leadership> {
+    fn merged(all: &mut [watch::Receiver<Leadership>]) -> Leadership {
+        let now = Instant::now();
+        let states: Vec<Leadership> = all
+            .iter_mut()
+            .map(|r| r.borrow_and_update().clone())
+            .collect();
+        states
+            .iter()
+            .filter(|l| l.term.is_some_and(|t| t.deadline > now))
+            .max_by_key(|l| l.term.map(|t| t.deadline))
+            .unwrap_or(&states[0])
+            .clone()
+    }
+    let (tx, rx) = watch::channel(merged(&mut all));
+    tasks.spawn(async move {
+        loop {
+            let changed =
+                futures::future::select_all(all.iter_mut().map(|r| Box::pin(r.changed())));
+            if changed.await.0.is_err() {
+                return;
+            }
+            let next = merged(&mut all);
+            tx.send_if_modified(|s| std::mem::replace(s, next.clone()) != next);
+        }
+    });
+    rx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
-use crate::api::{Compat, ErrorBody, MAX_WAIT, SSE_KEEP_ALIVE};
+use crate::api::{Compat, ErrorBody, Leases, MAX_WAIT, SSE_KEEP_ALIVE};
 use crate::config::fmt_dur;
 use crate::config::settings::default;
 use crate::leadership::View;
@@ -26,6 +26,18 @@ fn json_body(description: &str, name: &str) -> Value {
     json!({
         "description": description,
         "content": { JSON: { "schema": { "$ref": format!("#/components/schemas/{name}") } } },
+    })
+}
+
+/// A Server-Sent Events response whose events' data is the schema `name` as JSON.
+fn events(name: &str, example: &str) -> Value {
+    json!({
+        "description": "The event stream.",
+        "content": { EVENT_STREAM: {
+            "schema": { "type": "string" },
+            "x-event-data": { "$ref": format!("#/components/schemas/{name}") },
+            "example": example,
+        } },
     })
 }
 
@@ -49,6 +61,7 @@ fn schemas() -> Map<String, Value> {
         add("View", View::json_schema(&mut generator)),
         add("Compat", Compat::json_schema(&mut generator)),
         add("Error", ErrorBody::json_schema(&mut generator)),
+        add("Leases", Leases::json_schema(&mut generator)),
     ]
     .into_iter()
     .collect();
@@ -83,6 +96,31 @@ pub fn document() -> Value {
     };
     let view = |d: &str| json_body(d, "View");
     let error = |d: &str| json_body(d, "Error");
+    let wait_parameters = || {
+        json!([
+            {
+                "name": "wait", "in": "query", "required": false,
+                "description": format!("Long-poll for at most this long: a duration \
+                    (`30s`, `500ms`) or a number of seconds; capped at {}.",
+                    fmt_dur(MAX_WAIT)),
+                "schema": { "type": "string" }, "example": "30s",
+            },
+            {
+                "name": "version", "in": "query", "required": false,
+                "description": "The `version` the client has seen: the long-poll \
+                    answers once the view's version differs from it. Without \
+                    `wait` it is checked but has no effect.",
+                "schema": { "type": "integer", "minimum": 0 }, "example": 12,
+            },
+        ])
+    };
+    let lease_name = || {
+        json!([{
+            "name": "name", "in": "path", "required": true,
+            "description": "A lease of this sidecar (`lease.name` or one of `lease.names`).",
+            "schema": { "type": "string" }, "example": "my-app",
+        }])
+    };
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -113,22 +151,7 @@ pub fn document() -> Value {
                         from `version` (the current one when not given), or when `wait` has \
                         passed (capped at {}), with the view then. Unknown parameters are \
                         ignored.", fmt_dur(MAX_WAIT)),
-                    "parameters": [
-                        {
-                            "name": "wait", "in": "query", "required": false,
-                            "description": format!("Long-poll for at most this long: a duration \
-                                (`30s`, `500ms`) or a number of seconds; capped at {}.",
-                                fmt_dur(MAX_WAIT)),
-                            "schema": { "type": "string" }, "example": "30s",
-                        },
-                        {
-                            "name": "version", "in": "query", "required": false,
-                            "description": "The `version` the client has seen: the long-poll \
-                                answers once the view's version differs from it. Without \
-                                `wait` it is checked but has no effect.",
-                            "schema": { "type": "integer", "minimum": 0 }, "example": 12,
-                        },
-                    ],
+                    "parameters": wait_parameters(),
                     "responses": {
                         "200": view("The view now, or when it changed, or when the wait ran out."),
                         "400": error("`wait` or `version` is malformed."),
@@ -146,16 +169,8 @@ pub fn document() -> Value {
                         `id` is the version and its `data` a `View` as JSON \
                         (`x-event-data`); a comment line keeps the connection alive every {}.",
                         fmt_dur(SSE_KEEP_ALIVE)),
-                    "responses": {
-                        "200": {
-                            "description": "The event stream.",
-                            "content": { EVENT_STREAM: {
-                                "schema": { "type": "string" },
-                                "x-event-data": { "$ref": "#/components/schemas/View" },
-                                "example": "id:12\ndata:{\"lease\":\"my-app\",\"is_leader\":true,...}\n\n",
-                            } },
-                        },
-                    },
+                    "responses": { "200": events("View",
+                        "id:12\ndata:{\"lease\":\"my-app\",\"is_leader\":true,...}\n\n") },
                 },
             },
             "/leader/step-down": {
@@ -185,6 +200,68 @@ pub fn document() -> Value {
                         only.",
                     "responses": {
                         "200": json_body("The leader's name and when it last changed.", "Compat"),
+                    },
+                },
+            },
+            "/leases": {
+                "servers": api_server(),
+                "get": {
+                    "tags": ["app"],
+                    "operationId": "getLeases",
+                    "summary": "Every lease of this sidecar, and which it leads",
+                    "description": format!("Every lease of this sidecar (`lease.names`; one \
+                        for the single-lease form), each as `GET /leader` answers for one lease. \
+                        The answer's `version` is the sum of the leases' versions, so it changes \
+                        whenever one of them does: `wait` and `version` long-poll as on \
+                        `/leader` (capped at {}), so one connection keeps an app's set of led \
+                        leases current.", fmt_dur(MAX_WAIT)),
+                    "parameters": wait_parameters(),
+                    "responses": {
+                        "200": json_body("Every lease now, or when one changed, or when the wait ran out.", "Leases"),
+                        "400": error("`wait` or `version` is malformed."),
+                    },
+                },
+            },
+            "/leases/watch": {
+                "servers": api_server(),
+                "get": {
+                    "tags": ["app"],
+                    "operationId": "watchLeases",
+                    "summary": "Server-Sent Events: every lease, once per change of any",
+                    "description": format!("As `/leader/watch`, with a `Leases` as each \
+                        event's `data`; a comment line keeps the connection alive every {}.",
+                        fmt_dur(SSE_KEEP_ALIVE)),
+                    "responses": { "200": events("Leases",
+                        "id:31\ndata:{\"version\":31,\"leading\":1,\"leases\":[...]}\n\n") },
+                },
+            },
+            "/leases/{name}": {
+                "servers": api_server(),
+                "get": {
+                    "tags": ["app"],
+                    "operationId": "getLease",
+                    "summary": "One lease, as `/leader` answers for the first",
+                    "parameters": lease_name(),
+                    "responses": {
+                        "200": view("The lease's view now."),
+                        "404": error("This sidecar has no such lease."),
+                    },
+                },
+            },
+            "/leases/{name}/step-down": {
+                "servers": api_server(),
+                "post": {
+                    "tags": ["app"],
+                    "operationId": "stepDownLease",
+                    "summary": "Release one lease and sit out its cool-down",
+                    "description": "As `/leader/step-down`, for this lease alone: the others \
+                        are not touched.",
+                    "parameters": lease_name(),
+                    "responses": {
+                        "200": view("Released; the lease's view after the release."),
+                        "404": error("This sidecar has no such lease."),
+                        "409": error("This replica does not lead the lease."),
+                        "503": error("The election loop is not running (the sidecar is shutting down)."),
                     },
                 },
             },

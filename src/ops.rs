@@ -3,7 +3,8 @@
 //! - `GET /metrics` — Prometheus text format; leadership gauges are evaluated at scrape time.
 //! - `GET /healthz` — 200 while the election loop runs and is not stalled, else 503 (liveness).
 //! - `GET /readyz` — 200 once serving; never tied to Redis or leadership, so rollouts never stall.
-//! - `GET /readyz/leader` — 200 only while leader (for a leader-only readiness gate), else 503.
+//! - `GET /readyz/leader` — 200 only while leader (for a leader-only readiness gate), else 503;
+//!   with several leases (`lease.names`), while leader of any.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,9 +14,8 @@ use tokio::time::Instant;
 use warp::http::StatusCode;
 use warp::{Filter, Reply};
 
-use crate::elector::LoopHealth;
-use crate::leadership::Shared;
-use crate::metrics::{LeadershipGauges, Metrics};
+use crate::api::LeaseApi;
+use crate::metrics::LeadershipGauges;
 use crate::redlock::node::Node;
 
 /// The `Content-Type` of `/metrics`: the Prometheus text format.
@@ -24,12 +24,9 @@ pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 /// What the ops handlers read.
 #[derive(Clone)]
 pub struct Ops {
-    /// Leadership, for the answer-time gauges and `/readyz/leader`.
-    pub shared: Shared,
-    /// Registry to render.
-    pub metrics: Metrics,
-    /// Election loop liveness.
-    pub health: Arc<LoopHealth>,
+    /// Every lease (one for the single-lease form): leadership for the answer-time gauges and
+    /// `/readyz/leader`, its series, its loop's liveness.
+    pub leases: Vec<LeaseApi>,
     /// Nodes, to refresh the quarantine gauges at scrape time.
     pub nodes: Vec<Arc<Node>>,
 }
@@ -38,27 +35,38 @@ impl Ops {
     /// Render `/metrics` after setting the gauges that depend on the current instant.
     pub fn render_metrics(&self) -> String {
         let now = Instant::now();
-        let view = self.shared.view();
-        self.metrics.set_leadership(LeadershipGauges {
-            is_leader: view.is_leader,
-            valid_for: Duration::from_millis(view.valid_for_ms),
-            fencing_token: view.fencing_token,
-            leader_known: view.leader.is_some(),
-        });
-        self.metrics.set_identity(&self.shared.identity);
-        self.metrics
-            .set_quorum_wait(view.quorum_counts_in_ms.map(Duration::from_millis));
         let usable = self
             .nodes
             .iter()
             .filter(|n| n.is_up() && n.counts(now))
             .count();
-        self.metrics
-            .set_quorum(crate::redlock::math::quorum(self.nodes.len()), usable);
+        for lease in &self.leases {
+            let view = lease.shared.view();
+            let metrics = &lease.metrics;
+            metrics.set_leadership(LeadershipGauges {
+                is_leader: view.is_leader,
+                valid_for: Duration::from_millis(view.valid_for_ms),
+                fencing_token: view.fencing_token,
+                leader_known: view.leader.is_some(),
+            });
+            metrics.set_identity(&lease.shared.identity);
+            metrics.set_quorum_wait(view.quorum_counts_in_ms.map(Duration::from_millis));
+            metrics.set_quorum(crate::redlock::math::quorum(self.nodes.len()), usable);
+        }
         for n in &self.nodes {
             n.publish_quarantine(now);
         }
-        self.metrics.render()
+        self.leases[0].metrics.render()
+    }
+
+    /// Whether every lease's election loop runs and is not stalled.
+    fn healthy(&self) -> bool {
+        self.leases.iter().all(|l| l.health.healthy())
+    }
+
+    /// Whether this sidecar leads a lease (with several, any of them).
+    fn leads(&self) -> bool {
+        self.leases.iter().any(|l| l.shared.view().is_leader)
     }
 }
 
@@ -87,7 +95,7 @@ pub fn routes(
         .and(warp::get())
         .and(o.clone())
         .map(|o: Ops| {
-            let ok = o.health.healthy();
+            let ok = o.healthy();
             status(
                 ok,
                 if ok {
@@ -104,7 +112,7 @@ pub fn routes(
         .and(warp::get())
         .and(o)
         .map(|o: Ops| {
-            let leader = o.shared.view().is_leader;
+            let leader = o.leads();
             status(leader, if leader { "leader\n" } else { "not leader\n" })
         });
     metrics

@@ -36,7 +36,7 @@ use crate::leadership::Shared;
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
 use crate::publish;
-use crate::redlock::Redlock;
+use crate::redlock::{NodeSet, Redlock};
 use crate::{Error, Result, api, health};
 
 /// Longest wait for the pod label to show follower at shutdown, after the release.
@@ -56,6 +56,21 @@ const EXIT_SLACK: Duration = Duration::from_millis(50);
 /// what is left, at most `KUBE_FINISH`.
 pub fn shutdown_budget(redis_timeout: Duration) -> Duration {
     redis_timeout * 2 + Duration::from_secs(1)
+}
+
+/// One lease of the process: its protocol, its elector (until it runs), and what the rest of
+/// the process reads of it.
+struct Lease {
+    /// `lease.name`, or one of `lease.names`.
+    name: String,
+    /// Its keys over the shared nodes.
+    redlock: Arc<Redlock>,
+    /// Its elector.
+    elector: Elector,
+    /// Its watches and channels.
+    handles: Handles,
+    /// Its series (the per-process ones are shared).
+    metrics: Metrics,
 }
 
 /// The kube publisher's task, and the token that tells it to finish.
@@ -84,13 +99,14 @@ async fn run_with(
 ) -> Result<u8> {
     let metrics =
         Metrics::register(&Registry::new(), &config.lease.name).map_err(Error::Metrics)?;
-    let redlock = Arc::new(Redlock::new(&config, metrics.clone())?);
+    // One set of node connections, clock watches and attestations, whatever the leases.
+    let set = NodeSet::new(&config, metrics.clone())?;
     let api_listener = bind(config.api_listen, "api.listen").await?;
     let ops_listener = bind(config.ops_listen, "ops.listen").await?;
 
     let stop = CancellationToken::new();
     let serving = CancellationToken::new();
-    let tasks = redlock.tasks().clone();
+    let tasks = set.tasks().clone();
     let timing = Timing::new(
         config.lease.ttl,
         config.lease.renew_every,
@@ -99,18 +115,36 @@ async fn run_with(
     let kube_settings = k8s::Settings::from_config(&config);
     let standing = start_pod_poller(&tasks, kube_settings.as_ref(), &metrics, &stop);
     let standing = with_health_url(&tasks, &config, standing, &stop);
-    let (elector, handles) = Elector::new(
-        redlock.clone(),
-        config.identity.clone(),
-        timing.clone(),
-        preference(&config),
-        standing,
-        metrics.clone(),
-    );
-    // `run`: the command's runner, and the gate the elector's releases wait on.
-    let (elector, runner) = match command {
-        None => (elector, None),
+    // One elector per lease, each on its own keys over the shared nodes.
+    let mut leases = Vec::with_capacity(config.lease.names.len());
+    for name in &config.lease.names {
+        let metrics = match leases.is_empty() {
+            true => metrics.clone(),
+            false => metrics.for_lease(name).map_err(Error::Metrics)?,
+        };
+        let redlock = Arc::new(Redlock::on(&set, &config, name, metrics.clone()));
+        let (elector, handles) = Elector::new(
+            redlock.clone(),
+            config.identity.clone(),
+            timing.clone(),
+            preference(&config),
+            standing.clone(),
+            metrics.clone(),
+        );
+        leases.push(Lease {
+            name: name.clone(),
+            redlock,
+            elector,
+            handles,
+            metrics,
+        });
+    }
+    // `run` (one lease only: config validation refuses more): the command's runner, and the
+    // gate the elector's releases wait on.
+    let runner = match command {
+        None => None,
         Some(command) => {
+            let first = &mut leases[0];
             let spec = exec::Spec {
                 command,
                 kill_grace: config.run.kill_grace,
@@ -120,51 +154,67 @@ async fn run_with(
                 deadline: !config.unsafe_switches.run_deadline_off,
             };
             let spec_deadline = spec.deadline;
-            let (runner, gate) =
-                exec::Runner::new(spec, handles.leadership.clone(), handles.step_down.clone())?;
-            let elector = if spec_deadline {
-                elector.with_gate(gate)
-            } else {
-                elector
-            };
-            (elector, Some(runner))
+            let (runner, gate) = exec::Runner::new(
+                spec,
+                first.handles.leadership.clone(),
+                first.handles.step_down.clone(),
+            )?;
+            if spec_deadline {
+                first.elector.set_gate(gate);
+            }
+            Some(runner)
         }
     };
     let attestations = !config.unsafe_switches.no_attestations;
-    start_nodes(&tasks, &redlock, &handles, attestations, &stop);
-    tasks.spawn(elector::watchdog(
-        handles.health.clone(),
-        metrics.clone(),
-        timing.stall_margin,
-        stop.clone(),
-    ));
-    // The kube publisher only reads the leadership watches; it is told to finish after the
-    // elector has released.
-    let publisher =
-        kube_settings.map(|settings| start_publisher(&tasks, settings, &metrics, &handles));
-    let shared = shared(&config, &redlock, &handles);
+    start_nodes(&tasks, &set, &leases, attestations, &stop);
+    for lease in &leases {
+        tasks.spawn(elector::watchdog(
+            lease.handles.health.clone(),
+            lease.metrics.clone(),
+            timing.stall_margin,
+            stop.clone(),
+        ));
+    }
+    // The kube publisher only reads the leadership watches (with several leases, whether any
+    // is led); it is told to finish after the electors have released.
+    let publisher = kube_settings.map(|settings| {
+        let leadership = match leases.len() {
+            1 => leases[0].handles.leadership.clone(),
+            _ => crate::leadership::any_led(
+                &tasks,
+                leases
+                    .iter()
+                    .map(|l| l.handles.leadership.clone())
+                    .collect(),
+            ),
+        };
+        start_publisher(&tasks, settings, &metrics, leadership)
+    });
+    let answers: Vec<api::LeaseApi> = leases
+        .iter()
+        .map(|l| api::LeaseApi {
+            shared: shared(&config, &l.name, &l.redlock, &l.handles),
+            step_down: l.handles.step_down.clone(),
+            metrics: l.metrics.clone(),
+            health: l.handles.health.clone(),
+        })
+        .collect();
     let api_addr = api_listener.local_addr().ok();
     let ops_addr = ops_listener.local_addr().ok();
-    tasks.spawn(api::serve(
-        api_listener,
-        shared.clone(),
-        handles.step_down.clone(),
-        serving.clone(),
-    ));
+    tasks.spawn(api::serve(api_listener, answers.clone(), serving.clone()));
     tasks.spawn(ops::serve(
         ops_listener,
         Ops {
-            shared,
-            metrics,
-            health: handles.health.clone(),
-            nodes: redlock.nodes().to_vec(),
+            leases: answers,
+            nodes: set.nodes().to_vec(),
         },
         serving.clone(),
     ));
     tracing::info!(
         identity = %config.identity,
         lease = %config.lease.name,
-        key = %redlock.key(),
+        leases = ?config.lease.names,
+        key = %leases[0].redlock.key(),
         endpoints = ?config.redis.endpoints.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
         api = ?api_addr,
         ops = ?ops_addr,
@@ -172,7 +222,11 @@ async fn run_with(
         "redlock-elector started"
     );
 
-    let mut elector_task = tasks.spawn(elector.run(stop.clone()));
+    let redlocks: Vec<Arc<Redlock>> = leases.iter().map(|l| l.redlock.clone()).collect();
+    let mut elector_tasks: Vec<JoinHandle<()>> = leases
+        .into_iter()
+        .map(|l| tasks.spawn(l.elector.run(stop.clone())))
+        .collect();
     let mut code = 0;
     let exec_mode = runner.is_some();
     let command_ended = async {
@@ -181,10 +235,11 @@ async fn run_with(
             None => std::future::pending().await,
         }
     };
+    let any_elector_ended = futures::future::select_all(elector_tasks.iter_mut());
     tokio::select! {
         _ = shutdown => {}
         c = command_ended => code = c,
-        r = &mut elector_task => {
+        (r, _, _) = any_elector_ended => {
             tracing::error!(?r, "election loop ended unexpectedly");
             // `run` fails; the sidecar alone exits as it always has.
             code = u8::from(exec_mode);
@@ -192,10 +247,10 @@ async fn run_with(
     }
     let budget = shutdown_budget(config.redis.timeout);
     let started = Instant::now();
-    shut_down(stop, elector_task, &redlock, publisher, budget).await;
+    shut_down(stop, elector_tasks, &redlocks, publisher, budget).await;
     // Last, the listeners and the connections: then every task ends.
     serving.cancel();
-    redlock.disconnect();
+    set.disconnect();
     tasks.close();
     let left = budget.saturating_sub(started.elapsed());
     if tokio::time::timeout(left, tasks.wait()).await.is_err() {
@@ -293,27 +348,30 @@ fn start_pod_poller(
     rx
 }
 
-/// Per node: keep the connection up, give and take attestations of its clock watch, and
-/// subscribe to the release notices and attestation messages.
+/// Per node, once for every lease: keep the connection up, give and take attestations of its
+/// clock watch (on the first lease's attestation keys, as a single-lease sidecar does), and
+/// subscribe to every lease's release notices and to the attestation messages.
 fn start_nodes(
     tasks: &TaskTracker,
-    redlock: &Redlock,
-    handles: &Handles,
+    set: &NodeSet,
+    leases: &[Lease],
     attestations: bool,
     stop: &CancellationToken,
 ) {
-    let keys = redlock.attest_keys();
-    for node in redlock.nodes() {
+    let keys = leases[0].redlock.attest_keys();
+    let channels: Vec<(String, Arc<crate::redlock::Notices>)> = leases
+        .iter()
+        .map(|l| (l.redlock.channel().to_string(), l.handles.notices.clone()))
+        .collect();
+    for node in set.nodes() {
         tasks.spawn(node.clone().maintain(stop.clone()));
         if attestations {
             tasks.spawn(node.clone().attest(keys.clone(), stop.clone()));
         }
-        tasks.spawn(node.clone().subscribe(
-            redlock.channel().to_string(),
-            keys.channel.clone(),
-            handles.notices.clone(),
-            stop.clone(),
-        ));
+        tasks.spawn(
+            node.clone()
+                .subscribe(channels.clone(), keys.channel.clone(), stop.clone()),
+        );
     }
 }
 
@@ -321,21 +379,20 @@ fn start_publisher(
     tasks: &TaskTracker,
     settings: k8s::Settings,
     metrics: &Metrics,
-    handles: &Handles,
+    leadership: watch::Receiver<crate::leadership::Leadership>,
 ) -> Publisher {
     metrics.new_kube_requests(&k8s::call::VERBS, &k8s::call::RESULTS);
     let finish = CancellationToken::new();
     let task = tasks.spawn(
-        publish::k8s::Publisher::new(settings, metrics.clone(), handles.leadership.clone())
-            .run(finish.clone()),
+        publish::k8s::Publisher::new(settings, metrics.clone(), leadership).run(finish.clone()),
     );
     Publisher { finish, task }
 }
 
 /// What the API and the ops server answer from.
-fn shared(config: &Config, redlock: &Arc<Redlock>, handles: &Handles) -> Shared {
+fn shared(config: &Config, lease: &str, redlock: &Arc<Redlock>, handles: &Handles) -> Shared {
     Shared {
-        lease: config.lease.name.as_str().into(),
+        lease: lease.into(),
         identity: config.identity.as_str().into(),
         leadership: handles.leadership.clone(),
         eligibility: {
@@ -358,12 +415,13 @@ fn shared(config: &Config, redlock: &Arc<Redlock>, handles: &Handles) -> Shared 
     }
 }
 
-/// Stop contending and release (the elector publishes "not leader" first), wait for every
-/// node's release, then let the publisher label the pod follower; all within `budget`.
+/// Stop contending and release every lease (each elector publishes "not leader" first), wait
+/// for every node's release, then let the publisher label the pod follower; all within
+/// `budget`.
 async fn shut_down(
     stop: CancellationToken,
-    mut elector_task: JoinHandle<()>,
-    redlock: &Redlock,
+    mut elector_tasks: Vec<JoinHandle<()>>,
+    redlocks: &[Arc<Redlock>],
     publisher: Option<Publisher>,
     budget: Duration,
 ) {
@@ -374,15 +432,21 @@ async fn shut_down(
     // The elector's release returns at a quorum of confirmations; the other nodes' releases
     // finish in the background, and the process must not exit before they are written.
     let released = async {
-        let _ = (&mut elector_task).await;
-        redlock.settled().await;
+        for task in elector_tasks.iter_mut() {
+            let _ = task.await;
+        }
+        for redlock in redlocks {
+            redlock.settled().await;
+        }
     };
     if tokio::time::timeout(grace, released).await.is_err() {
         tracing::warn!(
             grace_ms = grace.as_millis() as u64,
             "release did not finish within the grace period"
         );
-        elector_task.abort();
+        for task in &elector_tasks {
+            task.abort();
+        }
     }
     if let Some(Publisher { finish, mut task }) = publisher {
         // The whole shutdown stays within the budget, however slow the API server is.

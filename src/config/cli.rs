@@ -211,15 +211,20 @@ fn layered(file: Settings, matches: &clap::ArgMatches) -> Result<Settings, clap:
     settings.update_from_arg_matches(matches)?;
     // The env var holds the whole list, comma-separated; a flag is one URL (which may hold a
     // comma in its password).
+    let split = |list: Vec<String>| -> Vec<String> {
+        list.iter()
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    };
     if matches.value_source("endpoints") == Some(ValueSource::EnvVariable) {
-        settings.redis.endpoints = settings.redis.endpoints.map(|list| {
-            list.iter()
-                .flat_map(|v| v.split(','))
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect()
-        });
+        settings.redis.endpoints = settings.redis.endpoints.map(split);
+    }
+    // The same for the lease names (a name holds no comma).
+    if matches.value_source("names") == Some(ValueSource::EnvVariable) {
+        settings.lease.names = settings.lease.names.map(split);
     }
     Ok(settings)
 }

@@ -123,6 +123,13 @@ where
     if matches!(parsed.mode, Mode::Exec { .. }) || config.run.kill_grace_given {
         validate::run_fits(&config)?;
     }
+    if matches!(parsed.mode, Mode::Exec { .. }) && config.lease.names.len() > 1 {
+        return Err(err(
+            "lease.names",
+            "`run -- CMD` runs its command under one lease: give lease.name, or run one sidecar per lease",
+        )
+        .into());
+    }
     Ok(Invocation {
         config,
         mode: parsed.mode,
@@ -210,8 +217,11 @@ pub struct RunConfig {
 /// Lease settings.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
-    /// Lease name; part of the Redis key and the `lease` metric label.
+    /// Lease name; part of the Redis key and the `lease` metric label. With several leases
+    /// (`lease.names`), the first of them: the one `/leader` and the pod's lease label name.
     pub name: String,
+    /// Every lease this sidecar contends for, `name` first: `[name]` for the single-lease form.
+    pub names: Vec<String>,
     /// Time-to-live of the key on each node.
     pub ttl: Duration,
     /// How often the leader renews.

@@ -112,8 +112,12 @@ impl Serialize for RunConfig {
 
 impl Serialize for LeaseConfig {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("LeaseConfig", 10)?;
-        m.serialize_field("name", &self.name)?;
+        let mut m = s.serialize_struct("LeaseConfig", 11)?;
+        if self.names.len() > 1 {
+            m.serialize_field("names", &self.names)?;
+        } else {
+            m.serialize_field("name", &self.name)?;
+        }
         m.serialize_field("ttl", &fmt_dur(self.ttl))?;
         m.serialize_field("renewEvery", &fmt_dur(self.renew_every))?;
         m.serialize_field("retryEvery", &fmt_dur(self.retry_every))?;

@@ -181,6 +181,15 @@ pub struct LeaseSettings {
         help = "Lease name (required; lowercase RFC 1123 label, <= 63 chars)"
     )]
     pub name: Option<Text>,
+    /// `lease.names`: several leases in one sidecar, instead of `lease.name`. The flag repeats,
+    /// the env var is comma-separated.
+    #[arg(
+        long = "leases",
+        env = "REDLOCK_ELECTOR_LEASE_NAMES",
+        value_name = "VALUE",
+        help = "Several leases for this sidecar, instead of --lease: each is contended for on its own over one set of node connections and one clock watch; repeat for each (1..=64)"
+    )]
+    pub names: Option<Vec<String>>,
     /// `lease.ttl`.
     #[arg(long, env = "REDLOCK_ELECTOR_LEASE_TTL", value_name = "DURATION",
         help = with_default("Lease time-to-live set on every Redis node", fmt_dur(default::TTL)))]

@@ -33,7 +33,7 @@ pub fn validate(
     unsafe_switches: UnsafeSwitches,
 ) -> Result<Config, ConfigError> {
     let mut warnings = Vec::new();
-    let name = lease_name(&s.lease)?;
+    let names = lease_names(&s.lease)?;
     let timing = timing(&s.lease)?;
     // Unlike every other setting, an empty prefix is a value (keys without a prefix).
     let key_prefix = s
@@ -54,7 +54,8 @@ pub fn validate(
     Ok(Config {
         identity,
         lease: LeaseConfig {
-            name,
+            name: names[0].clone(),
+            names,
             ttl: timing.ttl,
             renew_every: timing.renew_every,
             retry_every: timing.retry_every,
@@ -77,18 +78,55 @@ pub fn validate(
     })
 }
 
-fn lease_name(s: &LeaseSettings) -> Result<String, ConfigError> {
-    let name =
-        Text::given(&s.name).ok_or_else(|| err("lease.name", "is required (e.g. \"my-app\")"))?;
-    if !is_dns_label(name) {
+/// The most leases one sidecar contends for (`lease.names`): every one costs a round per node
+/// per renewal or retry, and a `lease` label value on the per-lease series.
+pub const MAX_LEASES: usize = 64;
+
+/// `lease.name`, or the list `lease.names`: one of the two.
+fn lease_names(s: &LeaseSettings) -> Result<Vec<String>, ConfigError> {
+    let label = |field: &str, name: &str| -> Result<String, ConfigError> {
+        if !is_dns_label(name) {
+            return Err(err(
+                field,
+                format!(
+                    "{name:?} is not a lowercase DNS label (a-z, 0-9, '-', starting and ending alphanumeric, <= 63 chars)"
+                ),
+            ));
+        }
+        Ok(name.to_string())
+    };
+    let Some(list) = s.names.as_ref().filter(|l| !l.is_empty()) else {
+        let name = Text::given(&s.name)
+            .ok_or_else(|| err("lease.name", "is required (e.g. \"my-app\")"))?;
+        return Ok(vec![label("lease.name", name)?]);
+    };
+    if Text::given(&s.name).is_some() {
         return Err(err(
-            "lease.name",
+            "lease.names",
+            "and lease.name are both given: give the list alone (its first lease is the one /leader answers for)",
+        ));
+    }
+    if list.len() > MAX_LEASES {
+        return Err(err(
+            "lease.names",
             format!(
-                "{name:?} is not a lowercase DNS label (a-z, 0-9, '-', starting and ending alphanumeric, <= 63 chars)"
+                "{} leases given; at most {MAX_LEASES} are supported",
+                list.len()
             ),
         ));
     }
-    Ok(name.to_string())
+    let mut names: Vec<String> = Vec::with_capacity(list.len());
+    for (i, name) in list.iter().enumerate() {
+        let name = label(&format!("lease.names[{i}]"), name)?;
+        if names.contains(&name) {
+            return Err(err(
+                format!("lease.names[{i}]"),
+                format!("{name:?} is given twice"),
+            ));
+        }
+        names.push(name);
+    }
+    Ok(names)
 }
 
 /// The lease's clock: how long a term lasts and how often it is renewed and retried.

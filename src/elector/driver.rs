@@ -201,9 +201,8 @@ async fn sleep_until_some(at: Option<Instant>) {
 
 impl<R: Rounds> Elector<R> {
     /// Release no term while `gate` says a process still runs under it (`redlock-elector run`).
-    pub fn with_gate(mut self, gate: watch::Receiver<bool>) -> Self {
+    pub fn set_gate(&mut self, gate: watch::Receiver<bool>) {
         self.gate = Some(gate);
-        self
     }
 
     /// Run until `stop` is cancelled; on the way out, release the lease if held, and withdraw

@@ -4,7 +4,7 @@
 //! [`guard`] process, with the term in its environment; it tells the guard every new deadline;
 //! when the term ends, it tells the guard to stop the command (SIGTERM, SIGKILL after
 //! `run.killGrace`, and never later than the deadline). The elector does not release a term
-//! while the command lives ([`crate::elector::Elector::with_gate`]): the lease passes on only
+//! while the command lives ([`crate::elector::Elector::set_gate`]): the lease passes on only
 //! once it is dead, or expires by itself.
 //!
 //! The command ending while this sidecar still leads ends the term at once (a release naming a

@@ -125,10 +125,30 @@ pub struct Metrics {
 impl Metrics {
     /// Create every metric for `lease` and register it in `registry`. Fails only if a name is
     /// registered there already (or a definition below is malformed).
-    #[rustfmt::skip] // One line per metric: the table reads best unwrapped.
     pub fn register(registry: &Registry, lease: &str) -> prometheus::Result<Self> {
+        Self::build(registry, lease, None)
+    }
+
+    /// Another lease of the same process (`lease.names`): its own per-lease series, with its
+    /// `lease` label, on the same registry; the per-process ones (endpoints, Kubernetes
+    /// requests, build info) are this one's.
+    pub fn for_lease(&self, lease: &str) -> prometheus::Result<Self> {
+        Self::build(&self.registry, lease, Some(self))
+    }
+
+    #[rustfmt::skip] // One line per metric: the table reads best unwrapped.
+    fn build(registry: &Registry, lease: &str, process: Option<&Metrics>) -> prometheus::Result<Self> {
         use Scope::{Lease, Process};
         let b = Builder { registry, lease, docs: RefCell::default() };
+        // A per-process metric: built with the first lease, shared by the others.
+        macro_rules! process {
+            ($field:ident, $made:expr) => {
+                match process {
+                    Some(p) => p.$field.clone(),
+                    None => $made?,
+                }
+            };
+        }
         let mut m = Metrics {
             registry: registry.clone(),
             docs: Arc::new([]),
@@ -145,32 +165,34 @@ impl Metrics {
             redis_endpoints_usable: b.int_gauge("redlock_elector_redis_endpoints_usable", "Redis endpoints that are connected and not quarantined (a quorum needs redlock_elector_quorum)")?,
             quorum_wait: b.gauge("redlock_elector_quorum_wait_seconds", "Seconds until a quorum of Redis nodes counts this sidecar's votes (its clock watch, a restart or jump quarantine); 0 when it does, +Inf when waiting alone will not (nodes unreachable, replicas). A graceful handover does not wait for the clock watch")?,
             lease_info: b.gauge_vec(Lease, "redlock_elector_lease_info", "Lease and identity of this sidecar; always 1 (join on job, instance to add lease to per-endpoint series)", &["identity"])?,
-            redis_up: b.gauge_vec(Process, "redlock_elector_redis_up", "1 while a verified connection to the endpoint is up", &["endpoint"])?,
-            redis_quarantined: b.gauge_vec(Process, "redlock_elector_redis_quarantined", "1 while the endpoint does not count toward a quorum (recent restart, clock jump, replica, evicting maxmemory-policy)", &["endpoint"])?,
-            redis_eligible: b.gauge_vec(Process, "redlock_elector_redis_eligible", "1 while this sidecar counts the endpoint's vote toward a quorum (connected, not quarantined, clock watched for ttl + margin)", &["endpoint"])?,
-            redis_attestations: b.counter_vec(Process, "redlock_elector_redis_attestations_total", "Attestations of the endpoint's clock watch: given (this sidecar, counting the endpoint, vouched for other sidecars' fresh watches) or taken (another sidecar's vouch let this one count the endpoint without waiting for the window)", &["endpoint", "kind"])?,
-            redis_clock_jumps: b.counter_vec(Process, "redlock_elector_redis_clock_jumps_total", "Wall-clock jumps detected on the endpoint (its TIME moved more or less than the monotonic clock allows)", &["endpoint", "direction"])?,
-            redis_command_duration: b.histogram_vec("redlock_elector_redis_command_duration_seconds", "Redis command latency per endpoint", &["endpoint", "command"])?,
-            redis_command_errors: b.counter_vec(Process, "redlock_elector_redis_command_errors_total", "Redis command failures per endpoint", &["endpoint", "command", "kind"])?,
-            redis_connect_errors: b.counter_vec(Process, "redlock_elector_redis_connect_errors_total", "Failed connection attempts per endpoint by reason (tls, auth, noperm, refused, timeout, dns, other)", &["endpoint", "reason"])?,
+            redis_up: process!(redis_up, b.gauge_vec(Process, "redlock_elector_redis_up", "1 while a verified connection to the endpoint is up", &["endpoint"])),
+            redis_quarantined: process!(redis_quarantined, b.gauge_vec(Process, "redlock_elector_redis_quarantined", "1 while the endpoint does not count toward a quorum (recent restart, clock jump, replica, evicting maxmemory-policy)", &["endpoint"])),
+            redis_eligible: process!(redis_eligible, b.gauge_vec(Process, "redlock_elector_redis_eligible", "1 while this sidecar counts the endpoint's vote toward a quorum (connected, not quarantined, clock watched for ttl + margin)", &["endpoint"])),
+            redis_attestations: process!(redis_attestations, b.counter_vec(Process, "redlock_elector_redis_attestations_total", "Attestations of the endpoint's clock watch: given (this sidecar, counting the endpoint, vouched for other sidecars' fresh watches) or taken (another sidecar's vouch let this one count the endpoint without waiting for the window)", &["endpoint", "kind"])),
+            redis_clock_jumps: process!(redis_clock_jumps, b.counter_vec(Process, "redlock_elector_redis_clock_jumps_total", "Wall-clock jumps detected on the endpoint (its TIME moved more or less than the monotonic clock allows)", &["endpoint", "direction"])),
+            redis_command_duration: process!(redis_command_duration, b.histogram_vec("redlock_elector_redis_command_duration_seconds", "Redis command latency per endpoint", &["endpoint", "command"])),
+            redis_command_errors: process!(redis_command_errors, b.counter_vec(Process, "redlock_elector_redis_command_errors_total", "Redis command failures per endpoint", &["endpoint", "command", "kind"])),
+            redis_connect_errors: process!(redis_connect_errors, b.counter_vec(Process, "redlock_elector_redis_connect_errors_total", "Failed connection attempts per endpoint by reason (tls, auth, noperm, refused, timeout, dns, other)", &["endpoint", "reason"])),
             stalled: b.int_gauge("redlock_elector_stalled", "1 while the election loop is stalled (timer slipped)")?,
             stalls: b.counter("redlock_elector_stalls_total", "Times the election loop's timer slipped beyond the stall margin")?,
-            kube_requests: b.counter_vec(Process, "redlock_elector_kube_requests_total", "Kubernetes API requests by verb and result", &["verb", "result"])?,
+            kube_requests: process!(kube_requests, b.counter_vec(Process, "redlock_elector_kube_requests_total", "Kubernetes API requests by verb and result", &["verb", "result"])),
             handovers: b.counter_vec(Lease, "redlock_elector_handovers_total", "Graceful handovers by the leader (its release notice names a successor), by reason", &["reason"])?,
             step_downs: b.counter_vec(Lease, "redlock_elector_step_downs_total", "Terms this sidecar ended as leader, by why: graceful (a handover) or not (renewal_failed, stalled)", &["step_down_reason"])?,
             app_healthy: b.int_gauge("redlock_elector_app_healthy", "1 while this sidecar's app is healthy (lease.followApp: its app containers, or app.healthUrl); always 1 when leadership does not follow the app")?,
             healthy_candidates: b.int_gauge("redlock_elector_healthy_candidates", "Other candidates whose app is healthy, as the candidate records last read say (lease.followApp); a leader whose app is unhealthy hands over to one of them")?,
         };
         m.app_healthy.set(1);
-        let build_info = b.gauge_vec(
-            Process,
-            "redlock_elector_build_info",
-            "Build information; always 1",
-            &["version"],
-        )?;
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
-            .set(1);
+        if process.is_none() {
+            let build_info = b.gauge_vec(
+                Process,
+                "redlock_elector_build_info",
+                "Build information; always 1",
+                &["version"],
+            )?;
+            build_info
+                .with_label_values(&[env!("CARGO_PKG_VERSION")])
+                .set(1);
+        }
         // Every series of a fixed label set exists from the start, at 0.
         for r in HandoverReason::ALL {
             m.handovers.with_label_values(&[r.label()]);
@@ -184,7 +206,10 @@ impl Metrics {
         for ok in [true, false] {
             m.renewals.with_label_values(&[renewal_label(ok)]);
         }
-        m.docs = b.docs.into_inner().into();
+        m.docs = match process {
+            Some(p) => p.docs.clone(),
+            None => b.docs.into_inner().into(),
+        };
         Ok(m)
     }
 

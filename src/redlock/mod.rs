@@ -52,9 +52,83 @@ pub struct QuorumWait {
     pub at: Option<Instant>,
 }
 
-/// The lock protocol over all nodes.
-pub struct Redlock {
+/// What every lease of the process shares: the N masters' connections, each node's clock watch,
+/// quarantines and attestations, and the process's tasks. A process with several leases
+/// (`lease.names`) builds one, and one [`Redlock`] per lease on it.
+pub struct NodeSet {
     /// The N masters.
+    nodes: Vec<Arc<Node>>,
+    /// Every task of the process (the connections' drivers first; `run` adds its own).
+    tasks: tokio_util::task::TaskTracker,
+    /// Every lease's "a node counts sooner" signal.
+    counting: Arc<node::Counting>,
+}
+
+impl NodeSet {
+    /// Build the node set from config (no I/O); `metrics`' per-endpoint series are the
+    /// process's.
+    pub fn new(config: &Config, metrics: Metrics) -> Result<Arc<Self>, redis::RedisError> {
+        let tasks = tokio_util::task::TaskTracker::new();
+        let counting = Arc::new(node::Counting::default());
+        let mut nodes = Vec::new();
+        for ep in &config.redis.endpoints {
+            nodes.push(Node::new(
+                ep.clone(),
+                &config.redis,
+                config.lease.ttl,
+                match config.unsafe_switches.quarantine_off {
+                    true => node::Quarantine::Ignored,
+                    false => node::Quarantine::Enforced,
+                },
+                clock::Policy {
+                    proof_check: !config.unsafe_switches.release_proof_check_off,
+                    attestation_check: !config.unsafe_switches.attestation_check_off,
+                    blind_check: !config.unsafe_switches.blind_band_off,
+                    ..clock::Policy::new(
+                        config.lease.ttl,
+                        config.lease.drift_factor,
+                        !config.unsafe_switches.clock_check_off,
+                    )
+                    .with_base_rtt(config.redis.timeout)
+                },
+                node::Shared {
+                    metrics: metrics.clone(),
+                    tasks: tasks.clone(),
+                    counting: counting.clone(),
+                },
+            )?);
+        }
+        Ok(Arc::new(NodeSet {
+            nodes,
+            tasks,
+            counting,
+        }))
+    }
+
+    /// The nodes, for the maintenance and subscription tasks.
+    pub fn nodes(&self) -> &[Arc<Node>] {
+        &self.nodes
+    }
+
+    /// The tracker every task of the process is spawned on.
+    pub fn tasks(&self) -> &tokio_util::task::TaskTracker {
+        &self.tasks
+    }
+
+    /// Drop every node's connection (shutdown, once every lease is settled): their driver
+    /// tasks end.
+    pub fn disconnect(&self) {
+        for node in &self.nodes {
+            node.disconnect();
+        }
+    }
+}
+
+/// The lock protocol of one lease over all nodes.
+pub struct Redlock {
+    /// The process's nodes, shared by every lease.
+    set: Arc<NodeSet>,
+    /// The N masters (the set's).
     nodes: Vec<Arc<Node>>,
     /// `<keyPrefix><lease>`.
     key: String,
@@ -84,16 +158,14 @@ pub struct Redlock {
     epoch_seen: AtomicU64,
     /// Releases whose last commands still run in the background (see [`Redlock::release`]).
     releasing: tokio_util::task::TaskTracker,
-    /// Every other task of the protocol (the connections' drivers); the process's tracker,
-    /// which `run` awaits at shutdown ([`Redlock::tasks`]).
-    tasks: tokio_util::task::TaskTracker,
     /// The lock commands of the current term (or attempt) per node, for the release proof
     /// ([`proof`]).
     term_log: Arc<std::sync::Mutex<proof::TermLog>>,
     /// The holder value the last watch saw on a quorum ([`Redlock::watch`]): the watch reads
     /// the epoch only when the holder changed.
     watched_holder: std::sync::Mutex<String>,
-    /// Notified when a node begins to count sooner than its clock watch said (an attestation).
+    /// Notified when a node begins to count sooner than its clock watch said (an attestation):
+    /// this lease's own signal of the set's.
     counting: Arc<tokio::sync::Notify>,
     /// Test-only `--unsafe-disable-reconnect-taint`: lock commands are not bound to a
     /// connection, a reconnect does not taint a node with a command out, and a renewal heals
@@ -102,73 +174,48 @@ pub struct Redlock {
 }
 
 impl Redlock {
-    /// Build the node set from config (no I/O).
+    /// Build the node set and the lease `lease.name` on it from config (no I/O): a process
+    /// with one lease.
     pub fn new(config: &Config, metrics: Metrics) -> Result<Self, redis::RedisError> {
-        let tasks = tokio_util::task::TaskTracker::new();
-        let counting = Arc::new(tokio::sync::Notify::new());
-        let mut nodes = Vec::new();
-        for ep in &config.redis.endpoints {
-            nodes.push(Node::new(
-                ep.clone(),
-                &config.redis,
-                config.lease.ttl,
-                match config.unsafe_switches.quarantine_off {
-                    true => node::Quarantine::Ignored,
-                    false => node::Quarantine::Enforced,
-                },
-                clock::Policy {
-                    proof_check: !config.unsafe_switches.release_proof_check_off,
-                    attestation_check: !config.unsafe_switches.attestation_check_off,
-                    blind_check: !config.unsafe_switches.blind_band_off,
-                    ..clock::Policy::new(
-                        config.lease.ttl,
-                        config.lease.drift_factor,
-                        !config.unsafe_switches.clock_check_off,
-                    )
-                    .with_base_rtt(config.redis.timeout)
-                },
-                node::Shared {
-                    metrics: metrics.clone(),
-                    tasks: tasks.clone(),
-                    counting: counting.clone(),
-                },
-            )?);
-        }
-        let key = format!("{}{}", config.lease.key_prefix, config.lease.name);
-        Ok(Redlock {
+        let set = NodeSet::new(config, metrics.clone())?;
+        Ok(Redlock::on(&set, config, &config.lease.name, metrics))
+    }
+
+    /// The lease `lease` over the process's nodes `set`; `metrics` carry its `lease` label.
+    pub fn on(set: &Arc<NodeSet>, config: &Config, lease: &str, metrics: Metrics) -> Self {
+        let key = format!("{}{}", config.lease.key_prefix, lease);
+        Redlock {
             epoch_key: format!("{key}:epoch"),
             channel: format!("{key}:released"),
             candidates_key: format!("{key}:candidates"),
             attest_key: format!("{key}:attest"),
             reservation_key: format!("{key}:next"),
             key,
-            nodes,
+            set: set.clone(),
+            nodes: set.nodes.clone(),
             ttl: config.lease.ttl,
             drift: math::drift(config.lease.ttl, config.lease.drift_factor),
             grace: grace(config.redis.timeout),
             metrics,
             epoch_seen: AtomicU64::new(0),
             releasing: tokio_util::task::TaskTracker::new(),
-            tasks,
             term_log: Arc::new(std::sync::Mutex::new(proof::TermLog::default())),
             watched_holder: std::sync::Mutex::new(String::new()),
-            counting,
+            counting: set.counting.listener(),
             reconnect_taint_off: config.unsafe_switches.reconnect_taint_off,
-        })
+        }
     }
 
     /// The tracker every task of the process is spawned on (`run` adds its own): the
     /// connections' drivers are, and shutdown awaits it after [`Redlock::disconnect`].
     pub fn tasks(&self) -> &tokio_util::task::TaskTracker {
-        &self.tasks
+        self.set.tasks()
     }
 
     /// Drop every node's connection (shutdown, once [`Redlock::settled`]): their driver tasks
     /// end.
     pub fn disconnect(&self) {
-        for node in &self.nodes {
-            node.disconnect();
-        }
+        self.set.disconnect()
     }
 
     /// The nodes, for the maintenance and subscription tasks.

@@ -38,3 +38,4 @@ mod safety_fencing;
 mod safety_quarantine;
 mod safety_stall;
 mod scripts;
+mod several_leases;

@@ -206,16 +206,16 @@ fn request(method: &str, port: u16, path: &str) -> Answer {
 
 /// `GET /leader/watch` up to the end of the first event: the status and content type, and the
 /// first event's `data` (the stream itself never ends; dropping the response closes it).
-fn first_event(port: u16) -> (Answer, Value) {
+fn first_event(port: u16, path: &str) -> (Answer, Value) {
     let client = reqwest::blocking::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(5))
         .build()
         .expect("HTTP client");
     let resp = client
-        .get(format!("http://127.0.0.1:{port}/leader/watch"))
+        .get(format!("http://127.0.0.1:{port}{path}"))
         .send()
-        .expect("GET /leader/watch");
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
     let status = resp.status().as_u16();
     let content_type = resp
         .headers()
@@ -279,7 +279,7 @@ fn openapi_live_answers_match_the_document() {
     }
 
     // The SSE stream's first event.
-    let (ans, data) = first_event(a.api_port);
+    let (ans, data) = first_event(a.api_port, "/leader/watch");
     assert_eq!(ans.status, 200, "{}", ans.body);
     c.check("GET", "/leader/watch", &ans, "NotFound");
     let media =
@@ -366,6 +366,70 @@ fn openapi_live_answers_match_the_document() {
         c.check("GET", path, &ans, fallback);
     }
 
+    // The several-leases routes, on these single-lease sidecars: their one lease.
+    let all = c
+        .check(
+            "GET",
+            "/leases",
+            &request("GET", a.api_port, "/leases"),
+            "NotFound",
+        )
+        .expect("JSON");
+    assert_eq!(all["leases"][0]["lease"], "test", "{all}");
+    assert_eq!(all["leading"], 1, "{all}");
+    let v = all["version"].as_u64().expect("version");
+    let polled = c
+        .check(
+            "GET",
+            "/leases",
+            &request(
+                "GET",
+                a.api_port,
+                &format!("/leases?wait=200ms&version={v}"),
+            ),
+            "NotFound",
+        )
+        .expect("JSON");
+    assert_eq!(polled["version"], v, "the long-poll ran out unchanged");
+    let ans = request("GET", a.api_port, "/leases?wait=soon");
+    assert_eq!(ans.status, 400, "{}", ans.body);
+    c.check("GET", "/leases", &ans, "NotFound");
+    let (ans, data) = first_event(a.api_port, "/leases/watch");
+    assert_eq!(ans.status, 200, "{}", ans.body);
+    c.check("GET", "/leases/watch", &ans, "NotFound");
+    let media =
+        &c.doc["paths"]["/leases/watch"]["get"]["responses"]["200"]["content"]["text/event-stream"];
+    c.validate(
+        &media["x-event-data"],
+        &data,
+        "GET /leases/watch first event",
+    );
+    let one = c
+        .check(
+            "GET",
+            "/leases/{name}",
+            &request("GET", a.api_port, "/leases/test"),
+            "NotFound",
+        )
+        .expect("JSON");
+    assert_eq!(one["is_leader"], true, "{one}");
+    for (method, target, status, path) in [
+        ("GET", "/leases/nope", 404, "/leases/{name}"),
+        (
+            "POST",
+            "/leases/nope/step-down",
+            404,
+            "/leases/{name}/step-down",
+        ),
+    ] {
+        let ans = request(method, a.api_port, target);
+        assert_eq!(ans.status, status, "{method} {target}: {}", ans.body);
+        c.check(method, path, &ans, "NotFound");
+    }
+    let ans = request("POST", b.api_port, "/leases/test/step-down");
+    assert_eq!(ans.status, 409, "{}", ans.body);
+    c.check("POST", "/leases/{name}/step-down", &ans, "NotFound");
+
     // Step-down: 409 on the follower, 200 (the view after the release) on the leader.
     let ans = request("POST", b.api_port, "/leader/step-down");
     assert_eq!(ans.status, 409, "{}", ans.body);
@@ -374,6 +438,18 @@ fn openapi_live_answers_match_the_document() {
     assert_eq!(ans.status, 200, "{}", ans.body);
     let after = c
         .check("POST", "/leader/step-down", &ans, "NotFound")
+        .expect("JSON");
+    assert_eq!(after["is_leader"], false, "{after}");
+
+    // One lease's step-down, on b once it leads (a sits out its cool-down).
+    wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
+        b.try_leader().filter(|v| v.is_leader)
+    })
+    .unwrap_or_else(|| panic!("b never led after a's step-down:\n{}", b.logs()));
+    let ans = request("POST", b.api_port, "/leases/test/step-down");
+    assert_eq!(ans.status, 200, "{}", ans.body);
+    let after = c
+        .check("POST", "/leases/{name}/step-down", &ans, "NotFound")
         .expect("JSON");
     assert_eq!(after["is_leader"], false, "{after}");
 

@@ -10,6 +10,7 @@ fn flag_and_env_names() {
     let want = [
         ("identity", "IDENTITY"),
         ("lease", "LEASE_NAME"),
+        ("leases", "LEASE_NAMES"),
         ("ttl", "LEASE_TTL"),
         ("renew-every", "LEASE_RENEW_EVERY"),
         ("retry-every", "LEASE_RETRY_EVERY"),

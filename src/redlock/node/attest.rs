@@ -157,7 +157,7 @@ impl Node {
                 "another sidecar that counts this redis node vouched for this sidecar's watch of its clock; the node counts without waiting for the window"
             );
             self.metrics.attestation(&self.endpoint.name, "taken");
-            self.counting.notify_one();
+            self.counting.notify();
         }
     }
 

@@ -69,14 +69,35 @@ fn instant_of(us: i64) -> Instant {
     *ORIGIN + Duration::from_micros(us.max(0) as u64)
 }
 
-/// What every node of a lease shares.
+/// "A node counts sooner than its clock watch said" (an attestation): one signal per lease over
+/// the process's shared nodes ([`super::Redlock::counting_changed`]).
+#[derive(Default)]
+pub struct Counting(Mutex<Vec<Arc<Notify>>>);
+
+impl Counting {
+    /// A new lease's signal.
+    pub fn listener(&self) -> Arc<Notify> {
+        let n = Arc::new(Notify::new());
+        lock(&self.0).push(n.clone());
+        n
+    }
+
+    /// Wake every lease (each keeps the wake-up until it next waits).
+    pub fn notify(&self) {
+        for n in lock(&self.0).iter() {
+            n.notify_one();
+        }
+    }
+}
+
+/// What every node of the process shares, whatever lease it serves.
 pub struct Shared {
     /// The process's metrics.
     pub metrics: Metrics,
     /// The process's task tracker (the connections' drivers are spawned on it).
     pub tasks: tokio_util::task::TaskTracker,
-    /// The lease's "a node counts sooner" signal ([`super::Redlock::counting_changed`]).
-    pub counting: Arc<Notify>,
+    /// Every lease's "a node counts sooner" signal ([`super::Redlock::counting_changed`]).
+    pub counting: Arc<Counting>,
 }
 
 /// One Redis master and its connection.
@@ -105,8 +126,8 @@ pub struct Node {
     attest_wake: Notify,
     /// Someone published an attestation request since the task last looked.
     attest_requests: AtomicBool,
-    /// The lease's "a node counts sooner" signal ([`super::Redlock::counting_changed`]).
-    counting: Arc<Notify>,
+    /// Every lease's "a node counts sooner" signal ([`super::Redlock::counting_changed`]).
+    counting: Arc<Counting>,
     /// Per-command timeout.
     timeout: Duration,
     /// Connect + handshake timeout.

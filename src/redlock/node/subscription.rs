@@ -62,20 +62,20 @@ impl Node {
         SessionEnd::Failed(e)
     }
 
-    /// Subscribe to `channel` and `attest_channel` on this node, post each notice to `notices`
-    /// and hand each attestation message to [`Node::attest`], reconnecting with backoff, until
-    /// `stop` is cancelled.
+    /// Subscribe to every lease's release-notice channel and to `attest_channel` on this node
+    /// (one connection, whatever the number of leases), post each notice to its lease's
+    /// [`Notices`] and hand each attestation message to [`Node::attest`], reconnecting with
+    /// backoff, until `stop` is cancelled.
     pub async fn subscribe(
         self: Arc<Self>,
-        channel: String,
+        channels: Vec<(String, Arc<Notices>)>,
         attest_channel: String,
-        notices: Arc<Notices>,
         stop: CancellationToken,
     ) {
         let mut backoff = Backoff::new(RESUBSCRIBE_MIN, RESUBSCRIBE_MAX, RESUBSCRIBE_JITTER);
         loop {
             tokio::select! {
-                r = self.session(&channel, &attest_channel, &notices) => {
+                r = self.session(&channels, &attest_channel) => {
                     if let Err(e) = r {
                         tracing::debug!(endpoint = %self.endpoint.name, error = %e, "release-notice subscription ended");
                     }
@@ -92,28 +92,31 @@ impl Node {
     /// One subscription: connect, subscribe, and post messages until the connection ends.
     async fn session(
         &self,
-        channel: &str,
+        channels: &[(String, Arc<Notices>)],
         attest_channel: &str,
-        notices: &Notices,
     ) -> Result<(), SessionEnd> {
         let mut ps = tokio::time::timeout(self.connect_timeout, self.connector.pubsub())
             .await
             .map_err(|_| ConnectError::new(Reason::Timeout, "connect timed out"))
             .and_then(|r| r)
             .map_err(|e| self.subscription_failed(e))?;
-        ps.subscribe(&[channel, attest_channel])
-            .await
-            .map_err(|e| {
-                self.subscription_failed(ConnectError::from_redis(&e, self.connector.is_tls()))
-            })?;
+        let names: Vec<&str> = channels
+            .iter()
+            .map(|(c, _)| c.as_str())
+            .chain([attest_channel])
+            .collect();
+        ps.subscribe(&names).await.map_err(|e| {
+            self.subscription_failed(ConnectError::from_redis(&e, self.connector.is_tls()))
+        })?;
         self.subscribe_failures.succeeded();
         let _up = Subscribed::new(&self.subscribed);
         let mut stream = ps.into_on_message();
         while let Some(msg) = stream.next().await {
             let payload = msg.get_payload::<String>().unwrap_or_default();
-            if msg.get_channel_name() == attest_channel {
+            let channel = msg.get_channel_name();
+            if channel == attest_channel {
                 self.attestation_message(&payload);
-            } else {
+            } else if let Some((_, notices)) = channels.iter().find(|(c, _)| c == channel) {
                 notices.post(&payload);
             }
         }

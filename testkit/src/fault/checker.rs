@@ -2,7 +2,8 @@
 //! instant at which two sidecars both answer `is_leader: true`) and S2 (tokens of successive
 //! terms strictly increase).
 //!
-//! One thread per sidecar polls `GET /leader` over a keep-alive connection, every
+//! One thread per sidecar polls `GET /leader` (or one lease's `GET /leases/NAME`) over a
+//! keep-alive connection, every
 //! [`POLL_EVERY`] plus the round trip, and stamps each answer with `sent` (before the request was
 //! written) and `received` (after the answer was read) on the checker's monotonic clock. The
 //! sidecar evaluated its answer at some unknown instant in `[sent, received]`.
@@ -91,6 +92,12 @@ pub struct Observations {
 impl Checker {
     /// Start polling `ports` (one per slot; 0 = nothing runs there yet).
     pub fn start(ports: &[u16]) -> Checker {
+        Checker::start_at(ports, "/leader")
+    }
+
+    /// Start polling `path` (an answer of `/leader`'s shape: `/leases/NAME` for one lease of a
+    /// sidecar with several) on `ports`.
+    pub fn start_at(ports: &[u16], path: &str) -> Checker {
         let t0 = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let mut targets = Vec::new();
@@ -100,10 +107,11 @@ impl Checker {
             target.port.store(port, Ordering::SeqCst);
             target.generation.store(1, Ordering::SeqCst);
             let (t, s) = (target.clone(), stop.clone());
+            let get = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("checker-{slot}"))
-                    .spawn(move || poll(slot, t0, &t, &s))
+                    .spawn(move || poll(slot, t0, &t, &s, &get))
                     .unwrap(),
             );
             targets.push(target);
@@ -190,7 +198,13 @@ struct Answer {
     fencing_token: Option<u64>,
 }
 
-fn poll(slot: usize, t0: Instant, target: &Target, stop: &AtomicBool) -> (Vec<Segment>, PollStats) {
+fn poll(
+    slot: usize,
+    t0: Instant,
+    target: &Target,
+    stop: &AtomicBool,
+    get: &str,
+) -> (Vec<Segment>, PollStats) {
     let mut segments: Vec<Segment> = Vec::new();
     let mut stats = PollStats {
         spacing_ms: vec![0; 1001],
@@ -221,7 +235,7 @@ fn poll(slot: usize, t0: Instant, target: &Target, stop: &AtomicBool) -> (Vec<Se
             last_sent = None;
         }
         let sent = Instant::now();
-        let answer = conn.as_mut().and_then(|(_, _, c)| request(c));
+        let answer = conn.as_mut().and_then(|(_, _, c)| request(c, get));
         let received = Instant::now();
         target.polled.fetch_add(1, Ordering::SeqCst);
         let Some(a) = answer else {
@@ -266,11 +280,9 @@ fn poll(slot: usize, t0: Instant, target: &Target, stop: &AtomicBool) -> (Vec<Se
     (segments, stats)
 }
 
-/// One `GET /leader` on a keep-alive connection.
-fn request(c: &mut BufReader<TcpStream>) -> Option<Answer> {
-    c.get_mut()
-        .write_all(b"GET /leader HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        .ok()?;
+/// One `GET` (`get` is the request's head) on a keep-alive connection.
+fn request(c: &mut BufReader<TcpStream>, get: &str) -> Option<Answer> {
+    c.get_mut().write_all(get.as_bytes()).ok()?;
     let mut line = String::new();
     c.read_line(&mut line).ok()?;
     if !line.starts_with("HTTP/1.1 200") {
