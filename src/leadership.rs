@@ -44,6 +44,8 @@ pub enum StepDownReason {
     /// The app had been unhealthy for `app.unhealthyGrace` and a candidate's app was healthy
     /// (`lease.followApp`).
     AppUnhealthy,
+    /// `lease.shards`: the shard went to a candidate leading fewer shards.
+    Balance,
 }
 
 /// A term that ended, and why.
@@ -155,6 +157,9 @@ pub struct CandidacyView {
     pub leader_app_healthy: Option<bool>,
     /// `lease.followApp`: other candidates whose records say ready (their apps healthy).
     pub healthy_candidates: Option<u32>,
+    /// The candidates whose records, as last read, say ready (this sidecar's own included),
+    /// by identity: whom `lease.shards` balances over.
+    pub ready: Vec<String>,
 }
 
 /// Which Redis nodes' votes count for this sidecar at a given instant, and when a quorum will.

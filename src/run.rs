@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::elector::{self, Elector, Handles, Timing};
+use crate::elector::{self, Elector, Handles, Timing, balance};
 
 use crate::exec;
 use crate::k8s;
@@ -167,6 +167,26 @@ async fn run_with(
     };
     let attestations = !config.unsafe_switches.no_attestations;
     start_nodes(&tasks, &set, &leases, attestations, &stop);
+    // `lease.shards`: the shards spread evenly over the replicas.
+    let shards: Vec<balance::Shard> = match config.lease.shards {
+        0 => Vec::new(),
+        _ => leases
+            .iter()
+            .map(|l| balance::Shard {
+                leadership: l.handles.leadership.clone(),
+                candidacy: l.handles.candidacy.clone(),
+                step_down: l.handles.step_down.clone(),
+            })
+            .collect(),
+    };
+    if !shards.is_empty() {
+        tasks.spawn(balance::balance(
+            config.identity.clone(),
+            shards.clone(),
+            config.lease.renew_every,
+            stop.clone(),
+        ));
+    }
     for lease in &leases {
         tasks.spawn(elector::watchdog(
             lease.handles.health.clone(),
@@ -247,7 +267,20 @@ async fn run_with(
     }
     let budget = shutdown_budget(config.redis.timeout);
     let started = Instant::now();
-    shut_down(stop, elector_tasks, &redlocks, publisher, budget).await;
+    // Sharded: the shards go to the ready candidates leading the fewest first, so they spread
+    // over the survivors; what is left the electors release as they stop. A handover takes a
+    // release round (bounded by redis.timeout), and leaves the rest of the budget to them.
+    if !shards.is_empty() {
+        balance::spread_out(&config.identity, &shards, config.redis.timeout * 2).await;
+    }
+    shut_down(
+        stop,
+        elector_tasks,
+        &redlocks,
+        publisher,
+        budget.saturating_sub(started.elapsed()),
+    )
+    .await;
     // Last, the listeners and the connections: then every task ends.
     serving.cancel();
     set.disconnect();
@@ -275,7 +308,11 @@ async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener> {
 /// How this sidecar ranks candidates and hands over.
 fn preference(config: &Config) -> elector::Preference {
     elector::Preference {
-        prefer: config.lease.prefer,
+        // Sharded, leadership moves for balance, not for rank: no preferred handovers.
+        prefer: match config.lease.shards {
+            0 => config.lease.prefer,
+            _ => crate::config::Prefer::None,
+        },
         priority: config.lease.priority,
         settle: config.lease.prefer_settle,
         grace: elector::grace(config.redis.timeout),

@@ -124,9 +124,13 @@ where
         validate::run_fits(&config)?;
     }
     if matches!(parsed.mode, Mode::Exec { .. }) && config.lease.names.len() > 1 {
+        let field = match config.lease.shards {
+            0 => "lease.names",
+            _ => "lease.shards",
+        };
         return Err(err(
-            "lease.names",
-            "`run -- CMD` runs its command under one lease: give lease.name, or run one sidecar per lease",
+            field,
+            "`run -- CMD` runs its command under one lease: give lease.name alone, or run one sidecar per lease",
         )
         .into());
     }
@@ -220,8 +224,12 @@ pub struct LeaseConfig {
     /// Lease name; part of the Redis key and the `lease` metric label. With several leases
     /// (`lease.names`), the first of them: the one `/leader` and the pod's lease label name.
     pub name: String,
-    /// Every lease this sidecar contends for, `name` first: `[name]` for the single-lease form.
+    /// Every lease this sidecar contends for, `name` first: `[name]` for the single-lease form,
+    /// `NAME-0` to `NAME-<M-1>` for `lease.shards: M`.
     pub names: Vec<String>,
+    /// `lease.shards`: the leases are shards of `name`, spread evenly over the replicas; 0
+    /// when not sharded.
+    pub shards: u32,
     /// Time-to-live of the key on each node.
     pub ttl: Duration,
     /// How often the leader renews.

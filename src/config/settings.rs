@@ -190,6 +190,14 @@ pub struct LeaseSettings {
         help = "Several leases for this sidecar, instead of --lease: each is contended for on its own over one set of node connections and one clock watch; repeat for each (1..=64)"
     )]
     pub names: Option<Vec<String>>,
+    /// `lease.shards`.
+    #[arg(
+        long,
+        env = "REDLOCK_ELECTOR_LEASE_SHARDS",
+        value_name = "INTEGER",
+        help = "Shard lease.name into this many leases, NAME-0 to NAME-<N-1>, spread evenly over the replicas (2..=256; none when not given)"
+    )]
+    pub shards: Option<Text>,
     /// `lease.ttl`.
     #[arg(long, env = "REDLOCK_ELECTOR_LEASE_TTL", value_name = "DURATION",
         help = with_default("Lease time-to-live set on every Redis node", fmt_dur(default::TTL)))]

@@ -33,7 +33,7 @@ pub fn validate(
     unsafe_switches: UnsafeSwitches,
 ) -> Result<Config, ConfigError> {
     let mut warnings = Vec::new();
-    let names = lease_names(&s.lease)?;
+    let (names, shards) = lease_names(&s.lease)?;
     let timing = timing(&s.lease)?;
     // Unlike every other setting, an empty prefix is a value (keys without a prefix).
     let key_prefix = s
@@ -56,6 +56,7 @@ pub fn validate(
         lease: LeaseConfig {
             name: names[0].clone(),
             names,
+            shards,
             ttl: timing.ttl,
             renew_every: timing.renew_every,
             retry_every: timing.retry_every,
@@ -82,8 +83,47 @@ pub fn validate(
 /// per renewal or retry, and a `lease` label value on the per-lease series.
 pub const MAX_LEASES: usize = 64;
 
+/// The most shards of one lease (`lease.shards`).
+pub const MAX_SHARDS: u32 = 256;
+
+/// `lease.name`, or the list `lease.names`, or `lease.name` in `lease.shards` shards: the lease
+/// names, and the number of shards (0 when not sharded).
+fn lease_names(s: &LeaseSettings) -> Result<(Vec<String>, u32), ConfigError> {
+    let Some(text) = Text::given(&s.shards) else {
+        return Ok((several(s)?, 0));
+    };
+    let shards: u32 = text
+        .trim()
+        .parse()
+        .ok()
+        .filter(|m| (2..=MAX_SHARDS).contains(m))
+        .ok_or_else(|| {
+            err(
+                "lease.shards",
+                format!("{text:?} is not a number of shards from 2 to {MAX_SHARDS}"),
+            )
+        })?;
+    if s.names.as_ref().is_some_and(|l| !l.is_empty()) {
+        return Err(err(
+            "lease.shards",
+            "and lease.names are both given: shards are of one lease.name",
+        ));
+    }
+    let name = several(s)?.remove(0);
+    let last = format!("{name}-{}", shards - 1);
+    if !is_dns_label(&last) {
+        return Err(err(
+            "lease.shards",
+            format!(
+                "the last shard's name {last:?} is longer than a DNS label (63 chars): shorten lease.name"
+            ),
+        ));
+    }
+    Ok(((0..shards).map(|i| format!("{name}-{i}")).collect(), shards))
+}
+
 /// `lease.name`, or the list `lease.names`: one of the two.
-fn lease_names(s: &LeaseSettings) -> Result<Vec<String>, ConfigError> {
+fn several(s: &LeaseSettings) -> Result<Vec<String>, ConfigError> {
     let label = |field: &str, name: &str| -> Result<String, ConfigError> {
         if !is_dns_label(name) {
             return Err(err(

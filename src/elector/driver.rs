@@ -241,9 +241,12 @@ impl<R: Rounds> Elector<R> {
                 Ok(()) = stalls.changed() => Event::Stall,
                 Some(request) = self.requests.recv() => {
                     next_request += 1;
-                    let reason = request.reason;
+                    let (reason, to) = (request.reason, request.successor.clone());
                     requests.push((next_request, request));
-                    Event::StepDown(next_request, reason)
+                    match to {
+                        Some(to) => Event::HandOver(next_request, to),
+                        None => Event::StepDown(next_request, reason),
+                    }
                 }
                 _ = self.notices.notified() => Event::Notice {
                     successor: self.notices.successor(),

@@ -8,7 +8,9 @@
 //!   the real [`Redlock`]) and turns the outside world into its events.
 //! - `watchdog.rs`: the stall watchdog and [`LoopHealth`] for `/healthz`.
 //! - `settings.rs`: [`Timing`], [`Preference`], [`Standing`].
+//! - `balance.rs`: `lease.shards`, the shards spread evenly over the replicas.
 
+pub mod balance;
 mod driver;
 pub mod machine;
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::metrics::HandoverReason;
 
 impl StepDownReason {
     /// Every reason, so that each `step_downs_total` series exists (at 0) from the start.
-    pub const ALL: [StepDownReason; 7] = [
+    pub const ALL: [StepDownReason; 8] = [
         StepDownReason::Requested,
         StepDownReason::RenewalFailed,
         StepDownReason::Stalled,
@@ -16,6 +16,7 @@ impl StepDownReason {
         StepDownReason::Preferred,
         StepDownReason::ChildExited,
         StepDownReason::AppUnhealthy,
+        StepDownReason::Balance,
     ];
 
     /// The `step_down_reason` label of `redlock_elector_step_downs_total`: [`Self::as_str`]
@@ -29,6 +30,7 @@ impl StepDownReason {
             StepDownReason::Preferred => "preferred",
             StepDownReason::ChildExited => "child_exited",
             StepDownReason::AppUnhealthy => "app_unhealthy",
+            StepDownReason::Balance => "balance",
         }
     }
 
@@ -42,6 +44,7 @@ impl StepDownReason {
             StepDownReason::Preferred => "preferred",
             StepDownReason::ChildExited => "child-exited",
             StepDownReason::AppUnhealthy => "app-unhealthy",
+            StepDownReason::Balance => "balance",
         }
     }
 
@@ -54,6 +57,7 @@ impl StepDownReason {
             StepDownReason::Preferred => Some(HandoverReason::Preferred),
             StepDownReason::ChildExited => Some(HandoverReason::ChildExited),
             StepDownReason::AppUnhealthy => Some(HandoverReason::AppUnhealthy),
+            StepDownReason::Balance => Some(HandoverReason::Balance),
             StepDownReason::RenewalFailed | StepDownReason::Stalled => None,
         }
     }
@@ -75,13 +79,30 @@ pub struct StepDownRequest {
     pub reason: StepDownReason,
     /// The answer.
     pub reply: oneshot::Sender<StepDown>,
+    /// The successor to name, for [`StepDownReason::Balance`]; otherwise the best ready
+    /// candidate is named.
+    pub successor: Option<String>,
 }
 
 impl StepDownRequest {
     /// A request, and the receiver of its answer.
     pub fn new(reason: StepDownReason) -> (Self, oneshot::Receiver<StepDown>) {
         let (reply, rx) = oneshot::channel();
-        (StepDownRequest { reason, reply }, rx)
+        (
+            StepDownRequest {
+                reason,
+                reply,
+                successor: None,
+            },
+            rx,
+        )
+    }
+
+    /// `lease.shards`: hand the shard over to `to`, a candidate that leads fewer shards.
+    pub fn hand_over(to: String) -> (Self, oneshot::Receiver<StepDown>) {
+        let (mut request, rx) = StepDownRequest::new(StepDownReason::Balance);
+        request.successor = Some(to);
+        (request, rx)
     }
 
     /// Whether a step-down for this reason keeps the sidecar from contending for a ttl after the

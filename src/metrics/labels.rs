@@ -48,16 +48,20 @@ pub enum HandoverReason {
     ChildExited,
     /// The app had been unhealthy for the grace (`lease.followApp`).
     AppUnhealthy,
+    /// `lease.shards`: this sidecar led more shards than its share, and handed one to a
+    /// candidate that led fewer.
+    Balance,
 }
 
 impl HandoverReason {
     /// Every reason, so that each series exists (at 0) from the start.
-    pub const ALL: [HandoverReason; 5] = [
+    pub const ALL: [HandoverReason; 6] = [
         HandoverReason::Shutdown,
         HandoverReason::StepDown,
         HandoverReason::Preferred,
         HandoverReason::ChildExited,
         HandoverReason::AppUnhealthy,
+        HandoverReason::Balance,
     ];
 
     /// The label value.
@@ -68,6 +72,7 @@ impl HandoverReason {
             HandoverReason::Preferred => "preferred",
             HandoverReason::ChildExited => "child_exited",
             HandoverReason::AppUnhealthy => "app_unhealthy",
+            HandoverReason::Balance => "balance",
         }
     }
 }

@@ -53,13 +53,45 @@ const NAMES: [&str; SIDECARS] = ["s0", "s1", "s2"];
 /// sidecar watches the nodes' clocks before counting them.
 const WATCH: Duration = Duration::from_millis(1012);
 
-fn opts() -> Opts {
+fn opts(shards: usize) -> Opts {
+    let sharded = shards > 0;
     Opts {
         ttl: "1s",
         retry_every: "200ms",
         timeout: "50ms",
+        lease: if sharded { "jobs" } else { "test" }.into(),
+        extra: if sharded {
+            vec!["--shards".into(), shards.to_string()]
+        } else {
+            vec![]
+        },
         ..Opts::default()
     }
+}
+
+/// The lease names of `shards` shards of `jobs`.
+fn shard_names(shards: usize) -> Vec<String> {
+    (0..shards).map(|i| format!("jobs-{i}")).collect()
+}
+
+/// Whether every shard has exactly one leader among `sidecars`, and the loads differ by one at
+/// most.
+fn shards_balanced(sidecars: &[&Sidecar], shards: usize) -> Option<()> {
+    let mut owners = 0;
+    let mut loads = Vec::new();
+    for s in sidecars {
+        let (status, body) = http("GET", s.api_port, "/leases")?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+        let led = v["leases"]
+            .as_array()?
+            .iter()
+            .filter(|l| l["is_leader"] == true)
+            .count();
+        owners += led;
+        loads.push(led);
+    }
+    let (max, min) = (loads.iter().max()?, loads.iter().min()?);
+    (owners == shards && max - min <= 1).then_some(())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -133,6 +165,8 @@ struct World {
     log: Vec<(Duration, String)>,
     /// Clock jumps detected by sidecar processes that were killed since (their counters die).
     jumps_of_killed: f64,
+    /// `lease.shards` of the sidecars; 0: one lease.
+    shards: usize,
 }
 
 /// Clock jumps a sidecar detected (its counter, over every endpoint and direction).
@@ -234,7 +268,7 @@ impl World {
     }
 
     fn start_sidecar(&mut self, s: usize) {
-        let sc = Sidecar::start_urls(NAMES[s], &self.proxy.urls(s), &opts());
+        let sc = Sidecar::start_urls(NAMES[s], &self.proxy.urls(s), &opts(self.shards));
         self.checker.point(s, sc.api_port);
         self.sidecars[s] = Some(sc);
         self.sidecar[s] = Proc::Up;
@@ -590,7 +624,7 @@ fn availability(usable: &[(Duration, bool)], led: &[bool], end: Duration) -> (u6
     (window, with_leader, outage)
 }
 
-fn run(default_seconds: u64) {
+fn run(default_seconds: u64, shards: usize) {
     let seed = env_u64("FAULT_SEED", 1);
     let seconds = env_u64("FAULT_SECONDS", default_seconds);
     eprintln!("fault schedule: FAULT_SEED={seed} FAULT_SECONDS={seconds}");
@@ -599,9 +633,12 @@ fn run(default_seconds: u64) {
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
     let proxy = Proxy::new(SIDECARS, &ports);
     let sidecars: Vec<Option<Sidecar>> = (0..SIDECARS)
-        .map(|s| Some(Sidecar::start_urls(NAMES[s], &proxy.urls(s), &opts())))
+        .map(|s| Some(Sidecar::start_urls(NAMES[s], &proxy.urls(s), &opts(shards))))
         .collect();
-    let checker = Checker::start(&api_ports(&sidecars));
+    let checker = match shards {
+        0 => Checker::start(&api_ports(&sidecars)),
+        _ => Checker::start_leases(&api_ports(&sidecars), &shard_names(shards)),
+    };
     let started = Instant::now();
     let mut w = World {
         rng: StdRng::seed_from_u64(seed),
@@ -622,6 +659,7 @@ fn run(default_seconds: u64) {
         events: BTreeMap::new(),
         log: Vec::new(),
         jumps_of_killed: 0.0,
+        shards,
     };
     w.snapshot();
     let end = started + Duration::from_secs(seconds);
@@ -649,9 +687,14 @@ fn run(default_seconds: u64) {
     w.note("all faults healed".into());
     // Liveness after the storm (generous: node quarantine, ttl, retry).
     let refs: Vec<&Sidecar> = w.sidecars.iter().flatten().collect();
-    let recovered = wait_for(Duration::from_secs(15), Duration::from_millis(10), || {
-        sole_leader(&refs)
-    });
+    let recovered = wait_for(
+        Duration::from_secs(15),
+        Duration::from_millis(10),
+        || match shards {
+            0 => sole_leader(&refs).map(|_| ()),
+            _ => shards_balanced(&refs, shards),
+        },
+    );
     std::thread::sleep(Duration::from_millis(300));
     let observed_for = w.checker.now();
     let jumps: f64 = w.jumps_of_killed + refs.iter().map(|s| jumps_detected(s)).sum::<f64>();
@@ -666,6 +709,18 @@ fn run(default_seconds: u64) {
     let obs = checker.finish();
     let r = analyze(&obs.segments);
     let (window, with_leader, outage) = availability(&usable, &r.led, observed_for);
+    // Sharded: S1 and S2 on every shard (the figures below are the first shard's).
+    let shard_reports: Vec<_> = obs.by_lease.iter().map(|s| analyze(s)).collect();
+    let shards_ok = shard_reports
+        .iter()
+        .all(|r| r.overlaps.is_empty() && r.token_violations.is_empty());
+    if shards > 0 {
+        report("shards", shards);
+        report(
+            "terms over every shard",
+            shard_reports.iter().map(|r| r.terms).sum::<usize>(),
+        );
+    }
 
     let total: u64 = events.values().sum();
     report("seed", seed);
@@ -700,7 +755,7 @@ fn run(default_seconds: u64) {
             ),
         );
     }
-    let ok = r.overlaps.is_empty() && r.token_violations.is_empty();
+    let ok = r.overlaps.is_empty() && r.token_violations.is_empty() && shards_ok;
     if !ok {
         for (t, what) in &log {
             eprintln!("{t:>12.3?} {what}");
@@ -713,6 +768,13 @@ fn run(default_seconds: u64) {
             }
         }
     }
+    for (i, r) in shard_reports.iter().enumerate() {
+        assert!(
+            r.overlaps.is_empty() && r.token_violations.is_empty(),
+            "FAULT_SEED={seed}: safety violated on lease {i}:\n{}",
+            describe(r)
+        );
+    }
     assert!(ok, "FAULT_SEED={seed}: safety violated:\n{}", describe(&r));
     assert!(
         r.terms >= 2,
@@ -721,19 +783,27 @@ fn run(default_seconds: u64) {
     );
     assert!(
         recovered.is_some(),
-        "FAULT_SEED={seed}: no leader within 15 s after every fault was healed"
+        "FAULT_SEED={seed}: no leader (sharded: not every shard led, balanced) within 15 s after \
+         every fault was healed"
     );
 }
 
 /// The short seeded schedule CI runs.
 #[test]
 fn seeded_fault_schedule() {
-    run(60);
+    run(60, 0);
+}
+
+/// The seeded schedule on a sharded lease (3 replicas, 16 shards): S1 and S2 on every shard,
+/// and a balanced assignment once every fault has healed.
+#[test]
+fn seeded_fault_schedule_sharded() {
+    run(30, 16);
 }
 
 /// The long soak: `FAULT_SECONDS=1800 FAULT_SEED=$RANDOM cargo test --release --test fault_schedule -- --ignored --nocapture`.
 #[test]
 #[ignore = "long soak; run explicitly"]
 fn soak() {
-    run(1800);
+    run(1800, 0);
 }

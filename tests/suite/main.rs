@@ -39,3 +39,4 @@ mod safety_quarantine;
 mod safety_stall;
 mod scripts;
 mod several_leases;
+mod shards;

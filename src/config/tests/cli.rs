@@ -11,6 +11,7 @@ fn flag_and_env_names() {
         ("identity", "IDENTITY"),
         ("lease", "LEASE_NAME"),
         ("leases", "LEASE_NAMES"),
+        ("shards", "LEASE_SHARDS"),
         ("ttl", "LEASE_TTL"),
         ("renew-every", "LEASE_RENEW_EVERY"),
         ("retry-every", "LEASE_RETRY_EVERY"),

@@ -418,3 +418,40 @@ fn several_leases_are_refused_when_ambiguous_or_run_under_one_command() {
         .collect();
     assert_eq!(invalid_field(&run, &e), "lease.names");
 }
+
+#[test]
+fn a_sharded_lease_is_its_shards() {
+    let e = env();
+    let r = ["--redis", "redis://x:6379"];
+    let c = run_config(
+        &[
+            "--lease",
+            "jobs",
+            "--shards",
+            "4",
+            "--redis",
+            "redis://x:6379",
+        ],
+        &e,
+    );
+    assert_eq!(c.lease.names, ["jobs-0", "jobs-1", "jobs-2", "jobs-3"]);
+    assert_eq!((c.lease.name.as_str(), c.lease.shards), ("jobs-0", 4));
+    let yaml = crate::config::effective_yaml(&c);
+    assert!(
+        yaml.contains("name: jobs\n") && yaml.contains("shards: 4"),
+        "{yaml}"
+    );
+    for bad in ["1", "257", "x", "0"] {
+        let args = [&["--lease", "jobs", "--shards", bad][..], &r[..]].concat();
+        assert_eq!(invalid_field(&args, &e), "lease.shards", "{bad}");
+    }
+    let long = "a".repeat(62);
+    let args = [&["--lease", long.as_str(), "--shards", "2"][..], &r[..]].concat();
+    assert_eq!(
+        invalid_field(&args, &e),
+        "lease.shards",
+        "a shard name over 63 chars"
+    );
+    let args = [&["--leases", "a", "--shards", "2"][..], &r[..]].concat();
+    assert_eq!(invalid_field(&args, &e), "lease.shards");
+}

@@ -60,6 +60,12 @@ impl Machine {
         let follow = self.preference.follow_app.is_some();
         let app_healthy = follow.then_some(self.standing.app_healthy);
         let healthy_candidates = follow.then(|| self.healthy_candidates() as u32);
+        let ready_ids: Vec<String> = self
+            .last_candidates
+            .iter()
+            .filter(|c| c.ready_for.is_some())
+            .map(|c| c.identity.clone())
+            .collect();
         let view = match leading {
             Some(pending) => CandidacyView {
                 leader_rank: rank.clone(),
@@ -69,6 +75,7 @@ impl Machine {
                 app_healthy,
                 leader_app_healthy: app_healthy,
                 healthy_candidates,
+                ready: ready_ids,
             },
             None => {
                 let record = self
@@ -84,6 +91,7 @@ impl Machine {
                     // A leader's record says ready while its app is healthy.
                     leader_app_healthy: record.filter(|_| follow).map(|c| c.ready_for.is_some()),
                     healthy_candidates,
+                    ready: ready_ids,
                 }
             }
         };

@@ -95,6 +95,10 @@ pub enum Event {
     /// A step-down request (`POST /leader/step-down`, or `run`'s command ended), answered by a
     /// [`Command::Answer`] with the same id.
     StepDown(u64, StepDownReason),
+    /// `lease.shards`: hand the lease over to this ready candidate (it leads fewer shards),
+    /// answered as a [`Event::StepDown`]; not leading, or the candidate not ready, answers
+    /// [`StepDown::NotLeader`] and changes nothing.
+    HandOver(u64, String),
     /// The stall watchdog saw the loop late.
     Stall,
     /// The own standing (rank, readiness) changed.

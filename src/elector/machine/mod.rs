@@ -276,7 +276,7 @@ impl Machine {
     /// Feed one input.
     pub fn handle(&mut self, cx: &mut Cx<'_>, event: Event) {
         if self.phase == Phase::Done {
-            if let Event::StepDown(request, _) = event {
+            if let Event::StepDown(request, _) | Event::HandOver(request, _) = event {
                 self.answer(request, StepDown::NotLeader);
             }
             return;
@@ -293,6 +293,7 @@ impl Machine {
             Event::Standing(standing) => self.standing_changed(cx, standing),
             Event::Counting => self.counting(cx),
             Event::StepDown(request, reason) => self.step_down_requested(request, reason),
+            Event::HandOver(request, to) => self.hand_over_requested(request, to),
             Event::Shutdown => self.shutdown(),
             Event::Stall => self.stalled(),
             Event::Timer => self.timer(cx),
@@ -386,6 +387,19 @@ impl Machine {
         match self.phase.clone() {
             Phase::Leading(t) | Phase::Renewing { term: t, .. } => {
                 self.end(t.lease, reason, None, Some(request))
+            }
+            _ => self.answer(request, StepDown::NotLeader),
+        }
+    }
+
+    fn hand_over_requested(&mut self, request: u64, to: String) {
+        let ready = self
+            .last_candidates
+            .iter()
+            .any(|c| c.identity == to && c.identity != self.identity && c.ready_for.is_some());
+        match self.phase.clone() {
+            Phase::Leading(t) | Phase::Renewing { term: t, .. } if ready => {
+                self.end(t.lease, StepDownReason::Balance, Some(to), Some(request))
             }
             _ => self.answer(request, StepDown::NotLeader),
         }

@@ -183,7 +183,8 @@ impl Sender {
                     StepDownReason::Requested
                     | StepDownReason::Shutdown
                     | StepDownReason::Preferred
-                    | StepDownReason::ChildExited => "Normal",
+                    | StepDownReason::ChildExited
+                    | StepDownReason::Balance => "Normal",
                     StepDownReason::AppUnhealthy => "Warning",
                 };
                 Described {

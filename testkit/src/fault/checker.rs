@@ -78,15 +78,73 @@ pub struct Checker {
     pub t0: Instant,
     targets: Vec<Arc<Target>>,
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<(Vec<Segment>, PollStats)>>,
+    threads: Vec<JoinHandle<(Vec<Vec<Segment>>, PollStats)>>,
 }
 
 /// Everything the pollers saw.
 pub struct Observations {
-    /// Segments of all slots.
+    /// Segments of all slots (of the first lease, when several are polled).
     pub segments: Vec<Segment>,
+    /// With several leases polled ([`Checker::start_leases`]): each lease's segments of all
+    /// slots, in the order the leases were given.
+    pub by_lease: Vec<Vec<Segment>>,
     /// Per-slot polling statistics.
     pub stats: Vec<PollStats>,
+}
+
+/// What one poll asks and how its answer is read.
+#[derive(Clone)]
+enum Ask {
+    /// An answer of `/leader`'s shape at this request head.
+    One(String),
+    /// `GET /leases`: these leases, by name.
+    Leases(Vec<String>),
+}
+
+impl Ask {
+    fn head(&self) -> String {
+        let path = match self {
+            Ask::One(path) => path.as_str(),
+            Ask::Leases(_) => "/leases",
+        };
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    }
+
+    fn leases(&self) -> usize {
+        match self {
+            Ask::One(_) => 1,
+            Ask::Leases(names) => names.len(),
+        }
+    }
+
+    /// Each lease's answer in the body; `None` if a lease is missing.
+    fn read(&self, body: &[u8]) -> Option<Vec<Answer>> {
+        match self {
+            Ask::One(_) => Some(vec![serde_json::from_slice(body).ok()?]),
+            Ask::Leases(names) => {
+                let all: AllLeases = serde_json::from_slice(body).ok()?;
+                names
+                    .iter()
+                    .map(|n| {
+                        all.leases
+                            .iter()
+                            .find(|a| a.lease.as_deref() == Some(n))
+                            .map(|a| Answer {
+                                lease: None,
+                                is_leader: a.is_leader,
+                                fencing_token: a.fencing_token,
+                            })
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// `GET /leases`, the part the checker needs.
+#[derive(serde::Deserialize)]
+struct AllLeases {
+    leases: Vec<Answer>,
 }
 
 impl Checker {
@@ -98,6 +156,16 @@ impl Checker {
     /// Start polling `path` (an answer of `/leader`'s shape: `/leases/NAME` for one lease of a
     /// sidecar with several) on `ports`.
     pub fn start_at(ports: &[u16], path: &str) -> Checker {
+        Checker::start_asking(ports, Ask::One(path.to_string()))
+    }
+
+    /// Start polling `GET /leases` on `ports`, one request per slot for every lease of
+    /// `names` (a sidecar with many leases or shards): [`Observations::by_lease`].
+    pub fn start_leases(ports: &[u16], names: &[String]) -> Checker {
+        Checker::start_asking(ports, Ask::Leases(names.to_vec()))
+    }
+
+    fn start_asking(ports: &[u16], ask: Ask) -> Checker {
         let t0 = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let mut targets = Vec::new();
@@ -107,11 +175,11 @@ impl Checker {
             target.port.store(port, Ordering::SeqCst);
             target.generation.store(1, Ordering::SeqCst);
             let (t, s) = (target.clone(), stop.clone());
-            let get = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+            let ask = ask.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("checker-{slot}"))
-                    .spawn(move || poll(slot, t0, &t, &s, &get))
+                    .spawn(move || poll(slot, t0, &t, &s, &ask))
                     .unwrap(),
             );
             targets.push(target);
@@ -180,20 +248,29 @@ impl Checker {
             std::thread::sleep(Duration::from_millis(1));
         }
         self.stop.store(true, Ordering::SeqCst);
-        let mut segments = Vec::new();
+        let mut by_lease: Vec<Vec<Segment>> = Vec::new();
         let mut stats = Vec::new();
         for t in self.threads {
             let (seg, st) = t.join().expect("checker thread");
-            segments.extend(seg);
+            by_lease.resize(seg.len().max(by_lease.len()), Vec::new());
+            for (all, one) in by_lease.iter_mut().zip(seg) {
+                all.extend(one);
+            }
             stats.push(st);
         }
-        Observations { segments, stats }
+        Observations {
+            segments: by_lease.first().cloned().unwrap_or_default(),
+            by_lease,
+            stats,
+        }
     }
 }
 
 /// The JSON fields the checker needs.
 #[derive(serde::Deserialize)]
 struct Answer {
+    #[serde(default)]
+    lease: Option<String>,
     is_leader: bool,
     fencing_token: Option<u64>,
 }
@@ -203,9 +280,10 @@ fn poll(
     t0: Instant,
     target: &Target,
     stop: &AtomicBool,
-    get: &str,
-) -> (Vec<Segment>, PollStats) {
-    let mut segments: Vec<Segment> = Vec::new();
+    ask: &Ask,
+) -> (Vec<Vec<Segment>>, PollStats) {
+    let get = ask.head();
+    let mut by_lease: Vec<Vec<Segment>> = vec![Vec::new(); ask.leases()];
     let mut stats = PollStats {
         spacing_ms: vec![0; 1001],
         ..PollStats::default()
@@ -235,10 +313,13 @@ fn poll(
             last_sent = None;
         }
         let sent = Instant::now();
-        let answer = conn.as_mut().and_then(|(_, _, c)| request(c, get));
+        let answer = conn
+            .as_mut()
+            .and_then(|(_, _, c)| request(c, &get))
+            .and_then(|body| ask.read(&body));
         let received = Instant::now();
         target.polled.fetch_add(1, Ordering::SeqCst);
-        let Some(a) = answer else {
+        let Some(answers) = answer else {
             stats.failures += 1;
             conn = None;
             gap = true;
@@ -253,35 +334,37 @@ fn poll(
         stats.answers += 1;
         target.answered.fetch_add(1, Ordering::SeqCst);
         let at = (sent - t0, received - t0);
-        let token = if a.is_leader { a.fencing_token } else { None };
-        match segments.last_mut() {
-            Some(s)
-                if !gap
-                    && s.generation == generation
-                    && s.is_leader == a.is_leader
-                    && s.token == token =>
-            {
-                s.last = at;
-                s.answers += 1;
+        for (segments, a) in by_lease.iter_mut().zip(answers) {
+            let token = if a.is_leader { a.fencing_token } else { None };
+            match segments.last_mut() {
+                Some(s)
+                    if !gap
+                        && s.generation == generation
+                        && s.is_leader == a.is_leader
+                        && s.token == token =>
+                {
+                    s.last = at;
+                    s.answers += 1;
+                }
+                _ => segments.push(Segment {
+                    slot,
+                    generation,
+                    is_leader: a.is_leader,
+                    token,
+                    first: at,
+                    last: at,
+                    answers: 1,
+                }),
             }
-            _ => segments.push(Segment {
-                slot,
-                generation,
-                is_leader: a.is_leader,
-                token,
-                first: at,
-                last: at,
-                answers: 1,
-            }),
         }
         gap = false;
         std::thread::sleep(POLL_EVERY);
     }
-    (segments, stats)
+    (by_lease, stats)
 }
 
-/// One `GET` (`get` is the request's head) on a keep-alive connection.
-fn request(c: &mut BufReader<TcpStream>, get: &str) -> Option<Answer> {
+/// One `GET` (`get` is the request's head) on a keep-alive connection: the 200 answer's body.
+fn request(c: &mut BufReader<TcpStream>, get: &str) -> Option<Vec<u8>> {
     c.get_mut().write_all(get.as_bytes()).ok()?;
     let mut line = String::new();
     c.read_line(&mut line).ok()?;
@@ -304,5 +387,5 @@ fn request(c: &mut BufReader<TcpStream>, get: &str) -> Option<Answer> {
     }
     let mut body = vec![0; length?];
     c.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
+    Some(body)
 }

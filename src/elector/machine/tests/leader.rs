@@ -241,3 +241,40 @@ fn a_notice_naming_it_ends_the_cool_down_after_a_child_exit_but_not_after_a_requ
         );
     }
 }
+
+#[test]
+fn a_hand_over_for_balance_names_the_given_ready_candidate_and_does_not_cool_down() {
+    let mut b = Bench::new(Prefer::None);
+    b.lead();
+    b.renew(vec![
+        candidate("fewer", 50, Some(MS)),
+        candidate("not-ready", 60, None),
+    ]);
+    // A candidate that is not ready, or unknown, is not named: nothing changes.
+    for to in ["not-ready", "unknown"] {
+        let out = b.feed(Event::HandOver(1, to.into()));
+        assert_eq!(
+            out,
+            [Command::Answer {
+                request: 1,
+                answer: StepDown::NotLeader
+            }]
+        );
+        assert!(b.m.leading());
+    }
+    let out = b.feed(Event::HandOver(2, "fewer".into()));
+    assert_eq!(ended(&out), Some(StepDownReason::Balance));
+    assert_eq!(release(&out), Some(Some("fewer".into())), "no fresh read: named at once");
+    assert!(out.contains(&Command::Count(Count::Handover(
+        crate::metrics::HandoverReason::Balance
+    ))));
+    let out = b.feed(Event::Released);
+    assert!(out.contains(&Command::Answer {
+        request: 2,
+        answer: StepDown::Released
+    }));
+    // No cool-down: it contends again at its next retry (the reservation keeps it from the
+    // named candidate's grace).
+    let released = b.now;
+    assert!(b.m.poll_timeout().is_some_and(|t| t < released + TTL));
+}
