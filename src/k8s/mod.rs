@@ -48,6 +48,11 @@ pub struct Settings {
     pub events: bool,
     /// Publish [`TOKEN_ANNOTATION`].
     pub token_annotation: bool,
+    /// One lease: another pod of it still labelled leader is stale, and a new leader demotes
+    /// it. With several leases or shards (`lease.names`, `lease.shards`) the role label says
+    /// "leads at least one", which several pods may say at once: nobody is demoted, and no
+    /// fencing-token annotation is written (which lease's token would it be?).
+    pub single_lease: bool,
     /// The app containers whose health leadership follows (`lease.followApp`).
     pub apps: standing::Apps,
 }
@@ -69,7 +74,8 @@ impl Settings {
             label_leader: k.label_leader.clone(),
             label_follower: k.label_follower.clone(),
             events: k.events,
-            token_annotation: k.fencing_token_annotation,
+            token_annotation: k.fencing_token_annotation && config.lease.names.len() == 1,
+            single_lease: config.lease.names.len() == 1,
             apps: match (config.lease.follow_app, config.app.containers.is_empty()) {
                 (false, _) => standing::Apps::Off,
                 (true, true) => standing::Apps::AllButSidecar,

@@ -737,3 +737,80 @@ fn fake_merge_patch_and_selectors() {
     assert!(!selector_matches("!redlock-elector/role", &labels).unwrap());
     assert!(selector_matches("x in (a,b)", &labels).is_err());
 }
+
+/// Several leases (`lease.names`): the role label says "leads at least one", so two pods that
+/// each lead a lease are both labelled leader, and neither demotes the other as stale; a pod
+/// that leads none is a follower.
+#[test]
+fn with_several_leases_each_pod_leading_one_keeps_its_leader_label() {
+    let fake = FakeApi::start();
+    let nodes = redis_cluster(3, TTL);
+    let extra = ["--lease", "", "--leases", "one", "--leases", "two"];
+    let mut sidecars = start_pods(&fake, &nodes, &["pod-a", "pod-b"], &extra);
+    let refs: Vec<&Sidecar> = sidecars.iter().collect();
+    let leads = |s: &Sidecar| -> Vec<String> {
+        let (_, body) = http("GET", s.api_port, "/leases").expect("/leases");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        v["leases"]
+            .as_array()
+            .expect("leases")
+            .iter()
+            .filter(|l| l["is_leader"] == true)
+            .map(|l| l["lease"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    // Whoever leads both steps down from one: the other pod takes it.
+    let both = wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+        refs.iter().position(|s| leads(s).len() == 2)
+    })
+    .unwrap_or_else(|| panic!("nobody led both leases:\n{}", all_logs(&refs)));
+    let (status, body) = http("POST", refs[both].api_port, "/leases/two/step-down").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let other = 1 - both;
+    wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+        (leads(refs[other]) == ["two"] && leads(refs[both]) == ["one"]).then_some(())
+    })
+    .unwrap_or_else(|| panic!("lease two did not move:\n{}", all_logs(&refs)));
+    wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+        ["pod-a", "pod-b"]
+            .iter()
+            .all(|p| fake.label(p, ROLE_KEY).as_deref() == Some("leader"))
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "not both labelled leader: {:?}\n{}",
+            fake.roles(),
+            all_logs(&refs)
+        )
+    });
+    // Stable: neither demotes the other (a second look after a few renewals).
+    std::thread::sleep(TTL);
+    assert_eq!(
+        fake.roles()
+            .values()
+            .filter(|r| r.as_deref() == Some("leader"))
+            .count(),
+        2,
+        "{:?}",
+        fake.roles()
+    );
+    assert!(
+        fake.records().iter().all(|r| r
+            .query
+            .get("labelSelector")
+            .is_none_or(|s| !s.contains("role=leader"))),
+        "nobody listed the other leaders to demote them"
+    );
+    // SIGTERM of one: the other leads both, and the stopped pod is labelled follower.
+    let stopped = &mut sidecars[both];
+    terminate_within_shutdown(stopped, "SIGTERM with two leases");
+    let label_of_stopped = fake.label(["pod-a", "pod-b"][both], ROLE_KEY);
+    assert_eq!(label_of_stopped.as_deref(), Some("follower"));
+    let refs: Vec<&Sidecar> = vec![&sidecars[other]];
+    wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
+        (leads(refs[0]).len() == 2).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the survivor did not take both:\n{}", all_logs(&refs)));
+    report_rbac(&fake);
+}

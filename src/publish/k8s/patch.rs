@@ -65,6 +65,7 @@ mod tests {
             label_follower: "follower".into(),
             events: true,
             token_annotation,
+            single_lease: true,
             apps: crate::k8s::Apps::Off,
         }
     }

@@ -51,6 +51,7 @@ impl Pods {
     /// Make the API server show `role`: demote other leaders first if leading, then patch self.
     pub(super) async fn apply(&mut self, role: Role) -> Result<(), CallError> {
         if let Role::Leader { token } = role
+            && self.settings.single_lease
             && self.demoted_for != Some(token)
         {
             self.demote_others().await?;

@@ -264,7 +264,11 @@ fn a_hand_over_for_balance_names_the_given_ready_candidate_and_does_not_cool_dow
     }
     let out = b.feed(Event::HandOver(2, "fewer".into()));
     assert_eq!(ended(&out), Some(StepDownReason::Balance));
-    assert_eq!(release(&out), Some(Some("fewer".into())), "no fresh read: named at once");
+    assert_eq!(
+        release(&out),
+        Some(Some("fewer".into())),
+        "no fresh read: named at once"
+    );
     assert!(out.contains(&Command::Count(Count::Handover(
         crate::metrics::HandoverReason::Balance
     ))));
