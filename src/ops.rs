@@ -40,7 +40,7 @@ impl Ops {
             .iter()
             .filter(|n| n.is_up() && n.counts(now))
             .count();
-        for lease in &self.leases {
+        for (i, lease) in self.leases.iter().enumerate() {
             let view = lease.shared.view();
             let metrics = &lease.metrics;
             metrics.set_leadership(LeadershipGauges {
@@ -49,7 +49,11 @@ impl Ops {
                 fencing_token: view.fencing_token,
                 leader_known: view.leader.is_some(),
             });
-            metrics.set_identity(&lease.shared.identity);
+            // `lease_info` joins the per-endpoint series to a lease: one series per process
+            // (the first lease's), so a `group_left` join on (job, instance) stays one-to-one.
+            if i == 0 {
+                metrics.set_identity(&lease.shared.identity);
+            }
             metrics.set_quorum_wait(view.quorum_counts_in_ms.map(Duration::from_millis));
             metrics.set_quorum(crate::redlock::math::quorum(self.nodes.len()), usable);
         }

@@ -134,6 +134,15 @@ fn three_leases_hold_the_connections_of_one() {
         Some(1.0),
         "one series per endpoint, not per lease"
     );
+    // One `lease_info` series per process (the first lease's): the dashboard's joins on
+    // (job, instance) stay one-to-one.
+    let (_, text) = http("GET", three.ops_port, "/metrics").expect("/metrics");
+    let info: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("redlock_elector_lease_info{"))
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert!(info[0].contains("lease=\"alpha\""), "{info:?}");
 }
 
 /// Two sidecars with three leases each: every lease has one leader; a step-down of one lease
@@ -156,6 +165,12 @@ fn each_lease_has_one_leader_and_moves_on_its_own() {
     })
     .unwrap_or_else(|| panic!("not one leader per lease:\n{}\n{}", a.logs(), b.logs()));
 
+    // What the test just saw is in every checker's record before anything changes (a loaded
+    // machine may schedule a poller late).
+    for (_, c) in &checkers {
+        c.sync(0);
+        c.sync(1);
+    }
     // A step-down of one lease: that lease moves, the others stay.
     let (moved, from) = first.iter().next().map(|(l, i)| (l.clone(), *i)).unwrap();
     let owner = both[from];
