@@ -290,10 +290,12 @@ impl Leadership {
     }
 }
 
-/// With several leases (`lease.names`): one leadership, for the pod label, that is led while
-/// any lease is. It is the led term with the latest deadline (so it ends only when the last led
-/// term ends), else the first lease's state; republished on every change of any lease, until
-/// an elector goes (at shutdown they all go).
+/// With several leases (`lease.names`, `lease.shards`): one leadership, for the pod label, that
+/// is led while any lease is: the first lease, in config order, that this sidecar leads now,
+/// else the first lease's state. It is republished on every change of any lease, until an
+/// elector goes (at shutdown they all go). The first led lease, not the one with the latest
+/// deadline: its token stays the same while it is led, so the renewals of the other leases do
+/// not change the label's term (each change is a pod patch and an Event).
 pub fn any_led(
     tasks: &tokio_util::task::TaskTracker,
     mut all: Vec<watch::Receiver<Leadership>>,
@@ -306,8 +308,7 @@ pub fn any_led(
             .collect();
         states
             .iter()
-            .filter(|l| l.term.is_some_and(|t| t.deadline > now))
-            .max_by_key(|l| l.term.map(|t| t.deadline))
+            .find(|l| l.term.is_some_and(|t| t.deadline > now))
             .unwrap_or(&states[0])
             .clone()
     }
@@ -373,5 +374,42 @@ mod tests {
         );
         assert_eq!(s.version, s2.version);
         assert_eq!(s2.with(Some(t), Some("b".into())).version, s.version + 1);
+    }
+
+    #[tokio::test]
+    async fn any_led_follows_the_first_led_lease_and_ignores_the_others_renewals() {
+        let now = Instant::now();
+        let term = |token, ms| Term {
+            token,
+            deadline: now + Duration::from_millis(ms),
+        };
+        let (tx0, rx0) = watch::channel(Leadership::default());
+        let (tx1, rx1) = watch::channel(Leadership::default());
+        let tasks = tokio_util::task::TaskTracker::new();
+        let mut any = any_led(&tasks, vec![rx0, rx1]);
+        assert_eq!(
+            any.borrow().term,
+            None,
+            "nothing led: the first lease's state"
+        );
+        tx1.send_modify(|l| *l = l.with(Some(term(11, 5_000)), Some("me".into())));
+        any.changed().await.unwrap();
+        assert_eq!(any.borrow_and_update().term.map(|t| t.token), Some(11));
+        // The first lease is led too: it is the one shown, even with the earlier deadline.
+        tx0.send_modify(|l| *l = l.with(Some(term(3, 1_000)), Some("me".into())));
+        any.changed().await.unwrap();
+        assert_eq!(any.borrow_and_update().term.map(|t| t.token), Some(3));
+        // The second one renews: the shown term keeps its token.
+        tx1.send_modify(|l| *l = l.with(Some(term(11, 9_000)), Some("me".into())));
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(any.borrow_and_update().term.map(|t| t.token), Some(3));
+        // The first one ends: the second is shown.
+        tx0.send_modify(|l| *l = l.with(None, None));
+        any.changed().await.unwrap();
+        assert_eq!(any.borrow_and_update().term.map(|t| t.token), Some(11));
+        drop((tx0, tx1));
+        tasks.close();
+        tasks.wait().await;
     }
 }
