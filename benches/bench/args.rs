@@ -17,6 +17,7 @@ pub const SECTIONS: &[&str] = &[
     "fanout",
     "footprint",
     "fleet",
+    "shards",
     "binary",
     "endpoints",
     "real-node",

@@ -11,7 +11,7 @@
 //! `--quick` run writes the same under the target directory instead.
 //!
 //! Sections (`args::SECTIONS`): `acquire`, `tls`, `handover`, `restart`, `failover`, `rollout`, `load`,
-//! `fanout`, `footprint`, `fleet`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's. `--quick` runs few
+//! `fanout`, `footprint`, `fleet`, `shards`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's. `--quick` runs few
 //! iterations (CI); figures are printed, nothing ever fails on timing. The process exits
 //! non-zero only when the benchmark itself breaks (a sidecar that never leads, a missing
 //! `redis-server`). Run by `cargo test --all-targets` (a debug build, no arguments) it does
@@ -111,7 +111,7 @@ fn main() {
 fn run_sections(rt: &tokio::runtime::Runtime, o: &Opts) -> Report {
     // Five shared nodes (ttl 1s sections) and three dedicated ones (footprint, Redis load).
     let shared: Vec<Redis> = (0..5).map(|_| Redis::start()).collect();
-    let dedicated: Vec<Redis> = if o.wants("footprint") || o.wants("fleet") {
+    let dedicated: Vec<Redis> = if o.wants("footprint") || o.wants("fleet") || o.wants("shards") {
         (0..3).map(|_| Redis::start()).collect()
     } else {
         vec![]
@@ -151,6 +151,9 @@ fn run_sections(rt: &tokio::runtime::Runtime, o: &Opts) -> Report {
     }
     if o.wants("fleet") {
         scenarios::fleet::run(o, &mut rep, &dedicated.iter().collect::<Vec<_>>());
+    }
+    if o.wants("shards") {
+        scenarios::shards::run(o, &mut rep, &dedicated.iter().collect::<Vec<_>>());
     }
     if o.wants("binary") {
         scenarios::footprint::binary_size(&mut rep);

@@ -95,6 +95,7 @@ impl NodeSet {
                     metrics: metrics.clone(),
                     tasks: tasks.clone(),
                     counting: counting.clone(),
+                    batch: config.lease.names.len() > 1,
                 },
             )?);
         }

@@ -40,9 +40,9 @@ impl Redlock {
         let answers: Vec<NodeRecords> = self
             .nodes
             .iter()
-            .map(|n| n.eval(script, &keys, &args))
+            .map(|n| n.eval_joined(None, script, &keys, &args))
             .collect::<FuturesUnordered<_>>()
-            .filter_map(|r| async move { r.ok().map(parse_candidates) })
+            .filter_map(|r| async move { r.ok().map(|r| r.items).map(parse_candidates) })
             .collect()
             .await;
         (answers.len() >= self.quorum()).then(|| candidates::merge(&answers, self.quorum()))

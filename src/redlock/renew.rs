@@ -49,7 +49,7 @@ impl Redlock {
                 async move {
                     let keys = keys.each_ref().map(String::as_str);
                     let args = args.each_ref().map(String::as_str);
-                    let r = node.eval_read_on(generation, renew, &keys, &args).await;
+                    let r = node.eval_joined(generation, renew, &keys, &args).await;
                     (i, node, seq, r)
                 }
             })

@@ -83,16 +83,10 @@ return {now, 0, redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), e
 "#
 );
 
-/// Renew and assert the fencing epoch. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
-/// token. Ours → PEXPIRE, `{now, 1}`. Missing (the node lost it: restart) → healed with SET NX,
-/// `{now, 2}`, unless a release reserved the node for a successor: then `{now, 3}`, nothing
-/// written (a renewal that arrives late, after its own release, must not re-create the
-/// releaser's key over the successor's reservation and make the release proof false).
-/// Someone else's → `{now, 0}`. On 1 or 2 the epoch is raised to the token if lower
-/// (set-if-greater).
-pub const RENEW: &str = concat!(
-    now_us!(),
-    r#"local v = redis.call('GET', KEYS[1])
+/// The body of [`RENEW`] after its reading of `now`; [`BATCH`] runs it as a function.
+macro_rules! renew_body {
+    () => {
+        r#"local v = redis.call('GET', KEYS[1])
 local r
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -112,7 +106,16 @@ if tonumber(ARGV[3]) > e then
 end
 return {now, r}
 "#
-);
+    };
+}
+/// Renew and assert the fencing epoch. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
+/// token. Ours → PEXPIRE, `{now, 1}`. Missing (the node lost it: restart) → healed with SET NX,
+/// `{now, 2}`, unless a release reserved the node for a successor: then `{now, 3}`, nothing
+/// written (a renewal that arrives late, after its own release, must not re-create the
+/// releaser's key over the successor's reservation and make the release proof false).
+/// Someone else's → `{now, 0}`. On 1 or 2 the epoch is raised to the token if lower
+/// (set-if-greater).
+pub const RENEW: &str = concat!(now_us!(), renew_body!());
 
 /// Token-checked release. KEYS: lock, reservation. ARGV: value, channel ('' = do not publish),
 /// notice payload (the value and the named successor, [`super::candidates::notice_payload`]),
@@ -147,16 +150,10 @@ return {now, 0}
 "#
 );
 
-/// Candidate records ([`super::candidates`]). KEYS: candidates hash. ARGV: identity ('' = only
-/// read), lifetime ms, ready (0/1, or `withdraw`: delete the record), priority, created, pending
-/// (0/1), revision.
-/// Writes `expiry|ready_since|priority|created|pending|revision` (times in this node's `TIME`
-/// µs; `ready_since` kept from the live record while ready, 0 when not ready), keeps the hash
-/// alive for a lifetime, drops expired entries, and returns `{now, now, id1, value1, ...}` of
-/// the live ones (`now` twice: [`super::node::Node::eval`] takes the first as a clock reading).
-pub const CANDIDATES: &str = concat!(
-    now_us!(),
-    r#"if ARGV[3] == 'withdraw' then
+/// The body of [`CANDIDATES`] after its reading of `now`; [`BATCH`] runs it as a function.
+macro_rules! candidates_body {
+    () => {
+        r#"if ARGV[3] == 'withdraw' then
   redis.call('HDEL', KEYS[1], ARGV[1])
   return {now, now}
 end
@@ -192,25 +189,21 @@ for i = 1, #all, 2 do
 end
 return out
 "#
-);
+    };
+}
+/// Candidate records ([`super::candidates`]). KEYS: candidates hash. ARGV: identity ('' = only
+/// read), lifetime ms, ready (0/1, or `withdraw`: delete the record), priority, created, pending
+/// (0/1), revision.
+/// Writes `expiry|ready_since|priority|created|pending|revision` (times in this node's `TIME`
+/// µs; `ready_since` kept from the live record while ready, 0 when not ready), keeps the hash
+/// alive for a lifetime, drops expired entries, and returns `{now, now, id1, value1, ...}` of
+/// the live ones (`now` twice: [`super::node::Node::eval`] takes the first as a clock reading).
+pub const CANDIDATES: &str = concat!(now_us!(), candidates_body!());
 
-/// An idle follower's refresh ([`super::watch`]): the holder and the candidates in one atomic
-/// step, the own record refreshed, so a follower that knows the holder needs one call per node
-/// per refresh instead of an acquire attempt, its cleanup and a candidates round. KEYS: lock,
-/// candidates hash, epoch. ARGV: as [`CANDIDATES`] (identity '' = only read; never
-/// `withdraw`), then the holder value the follower last saw.
-/// Returns `{now, pttl_ms (-2 when free), holder_value or '', epoch (-1: not read), now, id1,
-/// value1, ...}`: the records as [`CANDIDATES`] returns them, the own one as written. The epoch
-/// is read only when the holder is not the one last seen (a term this follower did not see
-/// begin), so a follower still learns every term's token, as a denied attempt taught it.
-/// Commands: `TIME`, `GET`, `PTTL` (only when held), `HGETALL`, `HSET` and `PEXPIRE` (only with
-/// an identity), `GET` of the epoch (only for a new holder); the ready-since is taken from the
-/// `HGETALL` (no `HGET`), and the hash is kept alive until its latest live record expires (one
-/// `PEXPIRE`, no `PTTL` of the hash): never shorter than [`CANDIDATES`] keeps it, since each of
-/// its records is among those live ones.
-pub const WATCH: &str = concat!(
-    now_us!(),
-    r#"local holder = redis.call('GET', KEYS[1]) or ''
+/// The body of [`WATCH`] after its reading of `now`; [`BATCH`] runs it as a function.
+macro_rules! watch_body {
+    () => {
+        r#"local holder = redis.call('GET', KEYS[1]) or ''
 local pttl = -2
 if holder ~= '' then
   pttl = redis.call('PTTL', KEYS[1])
@@ -259,6 +252,62 @@ if ARGV[1] ~= '' then
     last = expiry
   end
   redis.call('PEXPIRE', KEYS[2], string.format('%.0f', math.ceil((last - now) / 1000)))
+end
+return out
+"#
+    };
+}
+/// An idle follower's refresh ([`super::watch`]): the holder and the candidates in one atomic
+/// step, the own record refreshed, so a follower that knows the holder needs one call per node
+/// per refresh instead of an acquire attempt, its cleanup and a candidates round. KEYS: lock,
+/// candidates hash, epoch. ARGV: as [`CANDIDATES`] (identity '' = only read; never
+/// `withdraw`), then the holder value the follower last saw.
+/// Returns `{now, pttl_ms (-2 when free), holder_value or '', epoch (-1: not read), now, id1,
+/// value1, ...}`: the records as [`CANDIDATES`] returns them, the own one as written. The epoch
+/// is read only when the holder is not the one last seen (a term this follower did not see
+/// begin), so a follower still learns every term's token, as a denied attempt taught it.
+/// Commands: `TIME`, `GET`, `PTTL` (only when held), `HGETALL`, `HSET` and `PEXPIRE` (only with
+/// an identity), `GET` of the epoch (only for a new holder); the ready-since is taken from the
+/// `HGETALL` (no `HGET`), and the hash is kept alive until its latest live record expires (one
+/// `PEXPIRE`, no `PTTL` of the hash): never shorter than [`CANDIDATES`] keeps it, since each of
+/// its records is among those live ones.
+pub const WATCH: &str = concat!(now_us!(), watch_body!());
+
+/// Several leases' rounds in one call (`lease.names`, `lease.shards`: [`super::node`]'s
+/// batching): [`RENEW`], [`CANDIDATES`] and [`WATCH`], each the same body run as a function on
+/// its own keys and arguments, in the order given, in one atomic step with one reading of
+/// `now`. KEYS: every op's keys in order. ARGV: the number of ops, then per op its name
+/// (`renew`, `candidates` or `watch`), its number of keys, its number of arguments and its
+/// arguments. Returns `{now, reply1, reply2, ...}`: each op's reply as its own script returns
+/// it, without the leading `now`.
+pub const BATCH: &str = concat!(
+    now_us!(),
+    "local function renew(KEYS, ARGV)\n",
+    renew_body!(),
+    "end\nlocal function candidates(KEYS, ARGV)\n",
+    candidates_body!(),
+    "end\nlocal function watch(KEYS, ARGV)\n",
+    watch_body!(),
+    r#"end
+local ops = {renew = renew, candidates = candidates, watch = watch}
+local out = {now}
+local k, a = 1, 2
+for i = 1, tonumber(ARGV[1]) do
+  local op = ops[ARGV[a]]
+  local nk, na = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
+  local keys, args = {}, {}
+  for j = 1, nk do
+    keys[j] = KEYS[k]
+    k = k + 1
+  end
+  for j = 1, na do
+    args[j] = ARGV[a]
+    a = a + 1
+  end
+  local r = op(keys, args)
+  table.remove(r, 1)
+  out[i + 1] = r
 end
 return out
 "#
@@ -343,11 +392,13 @@ pub struct Scripts {
     pub watch: Script,
     /// [`ATTEST`].
     pub attest: Script,
+    /// [`BATCH`].
+    pub batch: Script,
 }
 
 impl Scripts {
     /// Every script, for loading.
-    pub fn all(&self) -> [&Script; 6] {
+    pub fn all(&self) -> [&Script; 7] {
         [
             &self.acquire,
             &self.renew,
@@ -355,6 +406,7 @@ impl Scripts {
             &self.candidates,
             &self.watch,
             &self.attest,
+            &self.batch,
         ]
     }
 }
@@ -366,6 +418,7 @@ static ALL: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     candidates: Script::new("candidates", CANDIDATES),
     watch: Script::new("watch", WATCH),
     attest: Script::new("attest", ATTEST),
+    batch: Script::new("batch", BATCH),
 });
 
 /// The scripts, hashed once.

@@ -67,9 +67,9 @@ impl Redlock {
         let answers: Vec<(KeySeen, candidates::NodeRecords)> = self
             .nodes
             .iter()
-            .map(|n| n.eval(script, &keys, &args))
+            .map(|n| n.eval_joined(None, script, &keys, &args))
             .collect::<FuturesUnordered<_>>()
-            .filter_map(|r| async move { r.ok().and_then(parse_watch) })
+            .filter_map(|r| async move { r.ok().map(|r| r.items).and_then(parse_watch) })
             .collect()
             .await;
         let quorum = self.quorum();

@@ -116,6 +116,11 @@ async fn run_with(
         config.lease.renew_every,
         config.lease.retry_every,
     );
+    // Several leases: their timers line up on one grid, so that their rounds batch.
+    let timing = match config.lease.names.len() > 1 {
+        true => timing.on_grid(tokio::time::Instant::now()),
+        false => timing,
+    };
     let kube_settings = k8s::Settings::from_config(&config);
     let standing = start_pod_poller(&tasks, kube_settings.as_ref(), &metrics, &stop);
     let standing = with_health_url(&tasks, &config, standing, &stop);

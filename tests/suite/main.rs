@@ -9,6 +9,7 @@
 
 mod api;
 mod app_health;
+mod batching;
 mod cli;
 mod clients;
 mod control_plane;

@@ -11,5 +11,6 @@ pub mod load;
 pub mod restart;
 pub mod rollout;
 pub mod run;
+pub mod shards;
 pub mod tls;
 pub mod trio;

@@ -226,7 +226,11 @@ impl Machine {
         self.schedule.free_since = Some(now + obs.free_in.unwrap_or_default());
         self.publish(None, obs.holder);
         let refresh = match cx.nodes.notices_live {
-            true => scale_with(cx.rng, cx.nodes.watch_period, WATCH_JITTER),
+            true => {
+                let jittered = scale_with(cx.rng, cx.nodes.watch_period, WATCH_JITTER);
+                let at = self.timing.watch_at(now, jittered, cx.nodes.watch_period);
+                at.saturating_duration_since(now)
+            }
             false => self.jittered_retry(cx),
         };
         let at_expiry = obs.free_in.map(|d| d + jitter_with(cx.rng, EXPIRY_JITTER));

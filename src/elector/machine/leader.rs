@@ -30,7 +30,7 @@ impl Machine {
         self.publish_term(&lease);
         let term = Leading {
             lease,
-            next_renew: cx.now + self.timing.renew_every,
+            next_renew: self.timing.renew_after(cx.now),
             pending: false,
         };
         self.apply_candidates(None, true, Some(false));
@@ -99,7 +99,7 @@ impl Machine {
         };
         term.lease.deadline = deadline.max(term.lease.deadline);
         self.publish_term(&term.lease);
-        term.next_renew = started + self.timing.renew_every;
+        term.next_renew = self.timing.renew_after(started);
         let was_pending = std::mem::replace(&mut term.pending, false);
         let ready = ready && candidates.is_some();
         // The leader's app has been unhealthy for the grace: this fresh read decides.

@@ -93,30 +93,38 @@ impl Node {
     ) -> Result<Reply, CommandError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&script.sha).arg(keys.len()).arg(keys).arg(args);
+        self.eval_cmd(generation, script.name, &cmd).await
+    }
+
+    /// Run a script call (`cmd`, metric label `name`) on connection `generation` (any, when
+    /// `None`), taking the leading `TIME` of its reply as a clock reading.
+    pub(super) async fn eval_cmd(
+        &self,
+        generation: Option<u64>,
+        name: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<Reply, CommandError> {
         let started = Instant::now();
-        let result = self
-            .run(&cmd, generation)
-            .await
-            .and_then(|(value, run_id)| {
-                let Value::Array(mut items) = value else {
-                    return Err(CommandError::Malformed);
-                };
-                match items.first() {
-                    Some(&Value::Int(node_us)) => {
-                        let received = Instant::now();
-                        let band = self.observe(&run_id, node_us, started, received);
-                        items.remove(0);
-                        Ok(Reply {
-                            items,
-                            run_id,
-                            received,
-                            band,
-                        })
-                    }
-                    _ => Err(CommandError::Malformed),
+        let result = self.run(cmd, generation).await.and_then(|(value, run_id)| {
+            let Value::Array(mut items) = value else {
+                return Err(CommandError::Malformed);
+            };
+            match items.first() {
+                Some(&Value::Int(node_us)) => {
+                    let received = Instant::now();
+                    let band = self.observe(&run_id, node_us, started, received);
+                    items.remove(0);
+                    Ok(Reply {
+                        items,
+                        run_id,
+                        received,
+                        band,
+                    })
                 }
-            });
-        self.record(script.name, started, &result);
+                _ => Err(CommandError::Malformed),
+            }
+        });
+        self.record(name, started, &result);
         result
     }
 

@@ -16,6 +16,7 @@
 //! clock watch (`attest`).
 
 mod attest;
+mod batch;
 mod command;
 mod connection;
 mod health;
@@ -23,6 +24,7 @@ pub mod info;
 mod subscription;
 
 pub use attest::{AttestKeys, RECHECK_EVERY, REQUEST_EVERY};
+pub use batch::WINDOW as BATCH_WINDOW;
 pub use command::{CommandError, Reply};
 pub use health::Wait;
 pub use info::{Exclusion, Info, Quarantine, classify, classify_at, counts_from_at, parse_info};
@@ -98,6 +100,8 @@ pub struct Shared {
     pub tasks: tokio_util::task::TaskTracker,
     /// Every lease's "a node counts sooner" signal ([`super::Redlock::counting_changed`]).
     pub counting: Arc<Counting>,
+    /// Whether the leases' rounds are batched ([`batch`]): the process has several leases.
+    pub batch: bool,
 }
 
 /// One Redis master and its connection.
@@ -140,6 +144,8 @@ pub struct Node {
     clock_policy: clock::Policy,
     /// Shared metrics.
     metrics: Metrics,
+    /// The ops waiting for the next batch; `None`: one lease, nothing is batched ([`batch`]).
+    batch: Option<batch::Queue>,
 }
 
 impl Node {
@@ -156,6 +162,7 @@ impl Node {
             metrics,
             tasks,
             counting,
+            batch,
         } = shared;
         LazyLock::force(&ORIGIN);
         let connector = Connector::new(&endpoint, redis, tasks).map_err(|e| {
@@ -187,6 +194,7 @@ impl Node {
             quarantine,
             clock_policy,
             metrics,
+            batch: batch.then(batch::Queue::default),
         }))
     }
 

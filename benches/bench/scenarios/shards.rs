@@ -1,0 +1,339 @@
+//! Many leases in one sidecar (issue 37): what a lease costs a Redis node when one process holds
+//! many, at the binary's defaults (ttl 10s, retryEvery 1s) on the three dedicated nodes.
+//!
+//! Part 1, in one run: one sidecar leading one lease, then a follower of it; one sidecar leading
+//! 32 leases, then a follower of all 32 (`--leases`, so nothing balances them apart). The
+//! rounds of a process's leases go to a node as one script call per period (batching), so
+//! what grows with the leases is the commands inside that call, not the calls: the figures give
+//! both, top-level (what a client sends) and all (inside scripts included).
+//!
+//! Part 2: sharded fleets, 3 sidecars × 64 shards and 30 sidecars × 256 (quick mode: 10 ×
+//! 256): the time to a balanced assignment, then commands/s per node, per sidecar and per lease,
+//! and the sidecars' CPU and RSS.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::args::Opts;
+use crate::common::{Redis, Sidecar, View, http};
+use crate::harness::{clock_ticks, command_counts, cpu_ticks, rss_kib, sidecar, wait_for};
+use crate::report::{Report, Spec};
+
+const SECTION: &str = "shards";
+
+/// Commands/s on the nodes over a window: (top-level, all), each the mean over the nodes.
+fn rates(nodes: &[&Redis], window: Duration) -> (f64, f64) {
+    let before: Vec<(u64, u64)> = nodes.iter().map(|n| command_counts(n)).collect();
+    let t0 = Instant::now();
+    std::thread::sleep(window);
+    let after: Vec<(u64, u64)> = nodes.iter().map(|n| command_counts(n)).collect();
+    let secs = t0.elapsed().as_secs_f64();
+    let n = nodes.len() as f64;
+    // Our own INFO commandstats at the start of the window, on each node.
+    let (mut top, mut all) = (0.0, 0.0);
+    for (b, a) in before.iter().zip(&after) {
+        top += a.0.saturating_sub(b.0).saturating_sub(1) as f64 / secs;
+        all += a.1.saturating_sub(b.1).saturating_sub(1) as f64 / secs;
+    }
+    (top / n, all / n)
+}
+
+/// `GET /leases`, the fields read here.
+#[derive(Deserialize)]
+struct Leases {
+    leases: Vec<View>,
+}
+
+fn leases_of(s: &Sidecar) -> Option<Vec<View>> {
+    let (status, body) = http("GET", s.api_port, "/leases")?;
+    (status == 200).then(|| serde_json::from_str::<Leases>(&body).ok().map(|l| l.leases))?
+}
+
+/// How many of `names` each sidecar leads, if every one of them has exactly one leader.
+fn assignment(sidecars: &[Sidecar], names: usize) -> Option<Vec<usize>> {
+    let mut owner: BTreeMap<String, usize> = BTreeMap::new();
+    let mut led = vec![0; sidecars.len()];
+    for (i, s) in sidecars.iter().enumerate() {
+        for v in leases_of(s)?.into_iter().filter(|v| v.is_leader) {
+            if owner.insert(v.lease, i).is_some() {
+                return None;
+            }
+            led[i] += 1;
+        }
+    }
+    (owner.len() == names).then_some(led)
+}
+
+/// Every named lease led by `leader` and followed (leader named, eligible) by `follower`.
+fn follows_all(leader: &Sidecar, follower: &Sidecar, n: usize) -> bool {
+    let (Some(l), Some(f)) = (leases_of(leader), leases_of(follower)) else {
+        return false;
+    };
+    l.iter().filter(|v| v.is_leader).count() == n
+        && f.iter()
+            .filter(|v| v.leader.as_deref() == Some(leader.identity.as_str()))
+            .count()
+            == n
+}
+
+fn leases_flags(n: usize) -> Vec<String> {
+    (0..n)
+        .flat_map(|i| ["--leases".to_string(), format!("many-{i}")])
+        .collect()
+}
+
+/// Part 1: (leader, follower) of one lease and of `n` leases, top-level and all commands/s per
+/// node each: [(top, all); 4] in the order one-leader, one-follower, n-leader, n-follower.
+fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [(f64, f64); 4] {
+    let settle = Duration::from_secs(3);
+    let base = rates(nodes, window);
+    let a = sidecar("one-a", "one", nodes, &[]);
+    wait_for(Duration::from_secs(30), || {
+        a.try_leader().filter(|v| v.is_leader)
+    })
+    .expect("one-a leads");
+    std::thread::sleep(settle);
+    let led = rates(nodes, window);
+    let b = sidecar("one-b", "one", nodes, &[]);
+    wait_for(Duration::from_secs(30), || {
+        b.try_leader()
+            .filter(|v| v.leader.as_deref() == Some("one-a"))
+    })
+    .expect("one-b follows");
+    std::thread::sleep(settle);
+    let both = rates(nodes, window);
+    drop((a, b));
+    std::thread::sleep(Duration::from_secs(2));
+    let base_n = rates(nodes, window);
+    let flags = leases_flags(n);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let ma = sidecar("many-a", "", nodes, &flags);
+    wait_for(Duration::from_secs(60), || {
+        let all = leases_of(&ma)?;
+        (all.iter().filter(|v| v.is_leader).count() == n).then_some(())
+    })
+    .expect("many-a leads every lease");
+    std::thread::sleep(settle);
+    let many_led = rates(nodes, window);
+    let mb = sidecar("many-b", "", nodes, &flags);
+    wait_for(Duration::from_secs(60), || {
+        follows_all(&ma, &mb, n).then_some(())
+    })
+    .expect("many-b follows every lease");
+    std::thread::sleep(settle);
+    let many_both = rates(nodes, window);
+    let minus = |x: (f64, f64), y: (f64, f64)| (x.0 - y.0, x.1 - y.1);
+    [
+        minus(led, base),
+        minus(both, led),
+        minus(many_led, base_n),
+        minus(many_both, many_led),
+    ]
+}
+
+/// What a sharded fleet did: the time to balance and the window's figures.
+struct Fleet {
+    balanced_after: Option<Duration>,
+    loads: Vec<usize>,
+    top: f64,
+    all: f64,
+    cpu: f64,
+    rss: f64,
+}
+
+fn fleet(nodes: &[&Redis], window: Duration, sidecars: usize, shards: usize) -> Fleet {
+    let flags = ["--shards".to_string(), shards.to_string()];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let fleet: Vec<Sidecar> = (0..sidecars)
+        .map(|i| sidecar(&format!("s{sidecars}x{shards}-{i}"), "part", nodes, &flags))
+        .collect();
+    let last_start = started.elapsed();
+    let (lo, hi) = (shards / sidecars, shards.div_ceil(sidecars));
+    let balanced = wait_for(Duration::from_secs(120), || {
+        std::thread::sleep(Duration::from_millis(100));
+        assignment(&fleet, shards).filter(|l| l.iter().all(|n| (lo..=hi).contains(n)))
+    });
+    let balanced_after = balanced.as_ref().map(|_| started.elapsed() - last_start);
+    std::thread::sleep(Duration::from_secs(3));
+    let pids: Vec<u32> = fleet.iter().map(Sidecar::pid).collect();
+    let k0: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).collect();
+    let t0 = Instant::now();
+    let (top, all) = rates(nodes, window);
+    let secs = t0.elapsed().as_secs_f64();
+    let k1: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).collect();
+    let cpu = k0
+        .iter()
+        .zip(&k1)
+        .map(|(a, b)| b.saturating_sub(*a) as f64 / clock_ticks() / secs * 100.0)
+        .sum::<f64>()
+        / sidecars as f64;
+    let rss = pids
+        .iter()
+        .map(|p| rss_kib(*p).unwrap_or(f64::NAN) / 1024.0)
+        .sum::<f64>()
+        / sidecars as f64;
+    let loads = assignment(&fleet, shards).unwrap_or_default();
+    Fleet {
+        balanced_after,
+        loads,
+        top,
+        all,
+        cpu,
+        rss,
+    }
+}
+
+pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
+    let window = Duration::from_secs(o.n(20, 5) as u64);
+    const N: usize = 32;
+    eprintln!(
+        "== shards: one lease against {N} in one sidecar, then sharded fleets, at the defaults (ttl 10s) on 3 dedicated nodes, {}s windows",
+        window.as_secs()
+    );
+    let [one_l, one_f, many_l, many_f] = one_against_many(nodes, window, N);
+    let push = |rep: &mut Report, what: &str, v: f64, note: &str| {
+        rep.push(SECTION, Spec::info(what, v, "cmd/s", note));
+    };
+    let note = "INFO commandstats deltas, node mean; top-level = what the sidecar sends";
+    push(
+        rep,
+        "1 lease, leader: top-level commands/s per node",
+        one_l.0,
+        note,
+    );
+    push(
+        rep,
+        "1 lease, leader: all commands/s per node",
+        one_l.1,
+        "inside scripts included",
+    );
+    push(
+        rep,
+        "1 lease, follower: top-level commands/s per node",
+        one_f.0,
+        "",
+    );
+    push(
+        rep,
+        "1 lease, follower: all commands/s per node",
+        one_f.1,
+        "",
+    );
+    push(
+        rep,
+        &format!("{N} leases, leader: top-level commands/s per node"),
+        many_l.0,
+        "one sidecar leading all",
+    );
+    push(
+        rep,
+        &format!("{N} leases, leader: all commands/s per node"),
+        many_l.1,
+        "",
+    );
+    push(
+        rep,
+        &format!("{N} leases, follower: top-level commands/s per node"),
+        many_f.0,
+        "one sidecar following all",
+    );
+    push(
+        rep,
+        &format!("{N} leases, follower: all commands/s per node"),
+        many_f.1,
+        "",
+    );
+    let ratio = |a: f64, b: f64| a / b.max(f64::MIN_POSITIVE);
+    rep.push(
+        SECTION,
+        Spec::at_most(
+            &format!("{N} leases / 1 lease, leader: top-level commands"),
+            ratio(many_l.0, one_l.0),
+            "×",
+            2.0,
+            "issue 37: at most 2× one lease, leading or following",
+        ),
+    );
+    rep.push(
+        SECTION,
+        Spec::at_most(
+            &format!("{N} leases / 1 lease, follower: top-level commands"),
+            ratio(many_f.0, one_f.0),
+            "×",
+            2.0,
+            "",
+        ),
+    );
+    rep.push(
+        SECTION,
+        Spec::info(
+            &format!("{N} leases / 1 lease, leader: all commands"),
+            ratio(many_l.1, one_l.1),
+            "×",
+            "each lease's key is still touched every period, inside the one call",
+        ),
+    );
+    rep.push(
+        SECTION,
+        Spec::info(
+            &format!("{N} leases / 1 lease, follower: all commands"),
+            ratio(many_f.1, one_f.1),
+            "×",
+            "",
+        ),
+    );
+    let big = if o.quick { 10 } else { 30 };
+    for (sidecars, shards) in [(3, 64), (big, 256)] {
+        eprintln!("  {sidecars} sidecars × {shards} shards");
+        let f = fleet(nodes, window, sidecars, shards);
+        let name = format!("{sidecars} × {shards}");
+        let balanced = f.balanced_after.map_or(f64::NAN, |d| d.as_secs_f64());
+        let loads = format!("shards per sidecar at the end: {:?}", f.loads);
+        rep.push(
+            SECTION,
+            Spec::info(
+                &format!("{name}: balanced after the last start"),
+                balanced,
+                "s",
+                &loads,
+            ),
+        );
+        let per = |v: f64, by: usize| v / by as f64;
+        push(
+            rep,
+            &format!("{name}: top-level commands/s per node"),
+            f.top,
+            "",
+        );
+        push(rep, &format!("{name}: all commands/s per node"), f.all, "");
+        push(
+            rep,
+            &format!("{name}: top-level commands/s per node, per sidecar"),
+            per(f.top, sidecars),
+            "",
+        );
+        push(
+            rep,
+            &format!("{name}: all commands/s per node, per sidecar"),
+            per(f.all, sidecars),
+            "",
+        );
+        push(
+            rep,
+            &format!("{name}: all commands/s per node, per shard"),
+            per(f.all, shards),
+            "",
+        );
+        rep.push(
+            SECTION,
+            Spec::info(&format!("{name}: sidecar CPU (mean)"), f.cpu, "% core", ""),
+        );
+        rep.push(
+            SECTION,
+            Spec::info(&format!("{name}: sidecar RSS (mean)"), f.rss, "MiB", ""),
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! Batching (issue 37): with several leases, one process's renew, record and watch rounds of one
+//! period go to a node as one `BATCH` script call. The batch answers each op as its own script
+//! would (checked on a real server against the scripts run alone), and a sidecar leading or
+//! following many leases sends a node about one call per period, not one per lease.
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use redlock_elector::redlock::scripts::{BATCH, CANDIDATES, RENEW, WATCH};
+use serde::Deserialize;
+use testkit::common::*;
+
+use crate::scripts::evaluator;
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A reply with every node time and record value left out: what must match between a batch and
+/// the scripts alone (times differ between calls).
+fn shape(op: &str, items: &[Value]) -> Vec<String> {
+    match op {
+        "renew" => items.iter().map(text).collect(),
+        // {now, id1, value1, ...}: the ids.
+        "candidates" => items[1..].iter().step_by(2).map(text).collect(),
+        // {pttl, holder, epoch, now, id1, value1, ...}: held or not, holder, epoch, the ids.
+        "watch" => {
+            let mut out = vec![
+                (text(&items[0]) != "-2").to_string(),
+                text(&items[1]),
+                text(&items[2]),
+            ];
+            out.extend(items[4..].iter().step_by(2).map(text));
+            out
+        }
+        _ => unreachable!(),
+    }
+}
+
+/// The ops: (name, keys, args), with `{p}` standing for the key prefix.
+fn ops() -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>)> {
+    vec![
+        // A renewal of a key nobody holds heals it (2), raising the epoch to the token.
+        (
+            "renew",
+            vec!["{p}a", "{p}a:epoch", "{p}a:res"],
+            vec!["me#1", "5000", "7"],
+        ),
+        // Renewed again: ours (1).
+        (
+            "renew",
+            vec!["{p}a", "{p}a:epoch", "{p}a:res"],
+            vec!["me#1", "5000", "7"],
+        ),
+        // Someone else's key (0).
+        (
+            "renew",
+            vec!["{p}a", "{p}a:epoch", "{p}a:res"],
+            vec!["other#1", "5000", "8"],
+        ),
+        // Records written and read.
+        (
+            "candidates",
+            vec!["{p}a:cand"],
+            vec!["me", "3000", "1", "0", "0", "0", "r1"],
+        ),
+        (
+            "candidates",
+            vec!["{p}a:cand"],
+            vec!["you", "3000", "0", "0", "0", "0", "r1"],
+        ),
+        // A follower's watch of lease a: held by me#1, epoch read (a holder not seen before).
+        (
+            "watch",
+            vec!["{p}a", "{p}a:cand", "{p}a:epoch"],
+            vec!["you", "3000", "1", "0", "0", "0", "r1", ""],
+        ),
+        // The watch of a free lease b.
+        (
+            "watch",
+            vec!["{p}b", "{p}b:cand", "{p}b:epoch"],
+            vec!["you", "3000", "1", "0", "0", "0", "r1", ""],
+        ),
+        // A renewal of a released key whose node is reserved for a successor (3).
+        (
+            "renew",
+            vec!["{p}b", "{p}b:epoch", "{p}b:res"],
+            vec!["me#2", "5000", "9"],
+        ),
+    ]
+}
+
+fn source(op: &str) -> &'static str {
+    match op {
+        "renew" => RENEW,
+        "candidates" => CANDIDATES,
+        "watch" => WATCH,
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn a_batch_answers_each_op_as_its_own_script_would() {
+    let node = Redis::start();
+    let mut eval = evaluator(&node);
+    let mut raw = redis::Client::open(format!("redis://127.0.0.1:{}/", node.port))
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    for p in ["alone:", "batch:"] {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{p}b:res"))
+            .arg("someone")
+            .query(&mut raw)
+            .expect("reserve");
+    }
+    let fill = |s: &str, p: &str| s.replace("{p}", p);
+    // Alone: each op its own script call.
+    let alone: Vec<Vec<String>> = ops()
+        .iter()
+        .map(|(op, keys, args)| {
+            let keys: Vec<String> = keys.iter().map(|k| fill(k, "alone:")).collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            shape(op, &eval(source(op), &keys, args))
+        })
+        .collect();
+    // Batched: one call, each op on the batch's own keys.
+    let (mut keys, mut args) = (Vec::new(), vec![ops().len().to_string()]);
+    for (op, k, a) in ops() {
+        keys.extend(k.iter().map(|k| fill(k, "batch:")));
+        args.extend([op.to_string(), k.len().to_string(), a.len().to_string()]);
+        args.extend(a.iter().map(|s| s.to_string()));
+    }
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let replies = eval(BATCH, &keys, &args);
+    assert_eq!(replies.len(), ops().len(), "one reply per op: {replies:?}");
+    let batched: Vec<Vec<String>> = ops()
+        .iter()
+        .zip(&replies)
+        .map(|((op, _, _), r)| match r {
+            Value::Array(items) => shape(op, items),
+            other => panic!("{op}: {other:?}"),
+        })
+        .collect();
+    assert_eq!(batched, alone);
+    // And the keys they left behind are the same.
+    for k in ["a", "a:epoch", "b"] {
+        let get = |p: &str, raw: &mut redis::Connection| -> Option<String> {
+            redis::cmd("GET")
+                .arg(format!("{p}{k}"))
+                .query(raw)
+                .expect("GET")
+        };
+        assert_eq!(get("batch:", &mut raw), get("alone:", &mut raw), "{k}");
+    }
+    assert_eq!(alone[0], ["2"], "healed");
+    assert_eq!(alone[2], ["0"], "someone else's");
+    assert_eq!(alone[7], ["3"], "reserved");
+}
+
+const LEASES: usize = 16;
+
+#[derive(Deserialize)]
+struct Leases {
+    leases: Vec<View>,
+}
+
+fn start(identity: &str, nodes: &[&Redis]) -> Sidecar {
+    let mut opts = Opts {
+        lease: String::new(),
+        ..Opts::default()
+    };
+    for i in 0..LEASES {
+        opts.extra.extend(["--leases".into(), format!("batch-{i}")]);
+    }
+    Sidecar::start(identity, nodes, &opts)
+}
+
+fn views(s: &Sidecar) -> Vec<View> {
+    let (status, body) = http("GET", s.api_port, "/leases").expect("answers /leases");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str::<Leases>(&body).expect("JSON").leases
+}
+
+/// `EVALSHA` calls a node ran over `window`, per second.
+fn evalsha_rate(node: &Redis, window: Duration) -> f64 {
+    let calls = || -> u64 {
+        let info = node.cli(&["INFO", "commandstats"]).unwrap_or_default();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
+            .and_then(|c| c.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let (c0, t0) = (calls(), Instant::now());
+    std::thread::sleep(window);
+    (calls() - c0) as f64 / t0.elapsed().as_secs_f64()
+}
+
+#[test]
+fn many_leases_cost_a_node_about_one_call_per_period() {
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let window = Duration::from_secs(4);
+    let a = start("batch-a", &refs);
+    wait_for(Duration::from_secs(15), Duration::from_millis(20), || {
+        (views(&a).iter().filter(|v| v.is_leader).count() == LEASES).then_some(())
+    })
+    .unwrap_or_else(|| panic!("batch-a leads every lease:\n{}", a.logs()));
+    std::thread::sleep(Duration::from_secs(1));
+    let led = evalsha_rate(&nodes[0], window);
+    let b = start("batch-b", &refs);
+    wait_for(Duration::from_secs(15), Duration::from_millis(20), || {
+        let followed = views(&b)
+            .iter()
+            .filter(|v| v.leader.as_deref() == Some("batch-a"))
+            .count();
+        (followed == LEASES).then_some(())
+    })
+    .unwrap_or_else(|| panic!("batch-b follows every lease:\n{}", b.logs()));
+    std::thread::sleep(Duration::from_secs(1));
+    let both = evalsha_rate(&nodes[0], window);
+    let follower = both - led;
+    // ttl 1 s: a leader renews (and writes its record) every ttl/3; without batching that is
+    // two calls per lease per period, 16 × 2 × 3 = 96 calls/s. A follower watches each lease
+    // every watch period (at least retryEvery, 200 ms): one call per lease, about 16 × 2.5 = 40/s.
+    let renew_periods = 3.0;
+    let leader_per_period = led / renew_periods;
+    eprintln!(
+        "{LEASES} leases on node 1: leader {led:.1} EVALSHA/s ({leader_per_period:.2} per renewal period; {} without batching), follower {follower:.1}/s",
+        LEASES * 2
+    );
+    assert!(
+        leader_per_period <= 3.0,
+        "a leader of {LEASES} leases sends node 1 {leader_per_period:.2} calls per renewal period: its rounds are not batched\n{}",
+        a.logs()
+    );
+    assert!(
+        follower <= 8.0,
+        "a follower of {LEASES} leases sends node 1 {follower:.1} calls/s: its watches are not batched\n{}",
+        b.logs()
+    );
+    // Still one leader per lease, named by the follower.
+    for (va, vb) in views(&a).iter().zip(views(&b)) {
+        assert!(va.is_leader && !vb.is_leader, "{va:?} {vb:?}");
+        assert_eq!(vb.leader.as_deref(), Some("batch-a"));
+    }
+}
