@@ -27,6 +27,9 @@ use crate::redlock::scripts::{Script, scripts};
 /// instant fire within the same timer tick, so they are all queued well within it.
 pub const WINDOW: Duration = Duration::from_millis(1);
 
+/// At most this many ops go in one call (a sidecar with 256 shards sends 8 per period).
+pub const MAX_OPS: usize = 32;
+
 /// One lease's op waiting for its batch.
 pub(super) struct Op {
     generation: Option<u64>,
@@ -89,7 +92,16 @@ impl Node {
                 .into_iter()
                 .partition(|op| op.generation.is_none() || op.generation == generation);
             ops = later;
-            self.send_batch(generation, now).await;
+            // Bounded calls: each runs as one atomic step on the node, which serves nobody
+            // else meanwhile, and its reply is read before any of its ops is answered.
+            // The calls go out together (pipelined on the connection).
+            let mut now = now.into_iter().peekable();
+            let mut calls = Vec::new();
+            while now.peek().is_some() {
+                let chunk: Vec<Op> = now.by_ref().take(MAX_OPS).collect();
+                calls.push(self.send_batch(generation, chunk));
+            }
+            futures::future::join_all(calls).await;
         }
     }
 
