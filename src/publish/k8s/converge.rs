@@ -348,4 +348,34 @@ mod tests {
             .expect("a change of role ends the wait")
             .unwrap();
     }
+
+    #[test]
+    fn a_change_of_the_led_set_alone_waits_for_the_spacing_and_a_change_of_role_does_not() {
+        let now = Instant::now();
+        let wanted = |role, led: Option<&str>| Wanted {
+            role,
+            deadline: None,
+            led: led.map(String::from),
+            led_until: None,
+        };
+        let lead = Role::Leader { token: 1 };
+        let mut state = Converge::new();
+        // Nothing applied yet: due at once.
+        assert!(state.attempt_due(&wanted(lead, Some("a")), now));
+        state.succeeded(wanted(lead, Some("a")).shown());
+        let at = state.written_at.unwrap();
+        // The same: nothing to do (a renewal writes nothing).
+        assert!(!state.attempt_due(&wanted(lead, Some("a")), at));
+        // The set alone changed: due LED_SPACING after the last write.
+        let more = wanted(lead, Some("a,b"));
+        assert_eq!(state.spaced_until(&more), Some(at + LED_SPACING));
+        assert!(!state.attempt_due(&more, at + LED_SPACING / 2));
+        assert!(state.attempt_due(&more, at + LED_SPACING));
+        // The role changed: due at once, with the set as it is then.
+        assert!(state.attempt_due(&wanted(Role::Follower, None), at));
+        assert!(state.attempt_due(&wanted(Role::Leader { token: 2 }, Some("b")), at));
+        // Finishing: no spacing either.
+        state.finish();
+        assert!(state.attempt_due(&more, at));
+    }
 }
