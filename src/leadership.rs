@@ -16,6 +16,9 @@ use tokio::time::Instant;
 
 use crate::redlock::candidates::Rank;
 
+mod any;
+pub use any::{Led, any_led};
+
 /// The current term while this sidecar leads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Term {
@@ -290,43 +293,6 @@ impl Leadership {
     }
 }
 
-/// With several leases (`lease.names`, `lease.shards`): one leadership, for the pod label, that
-/// is led while any lease is: the first lease, in config order, that this sidecar leads now,
-/// else the first lease's state. It is republished on every change of any lease, until an
-/// elector goes (at shutdown they all go). The first led lease, not the one with the latest
-/// deadline: its token stays the same while it is led, so the renewals of the other leases do
-/// not change the label's term (each change is a pod patch and an Event).
-pub fn any_led(
-    tasks: &tokio_util::task::TaskTracker,
-    mut all: Vec<watch::Receiver<Leadership>>,
-) -> watch::Receiver<Leadership> {
-    fn merged(all: &mut [watch::Receiver<Leadership>]) -> Leadership {
-        let now = Instant::now();
-        let states: Vec<Leadership> = all
-            .iter_mut()
-            .map(|r| r.borrow_and_update().clone())
-            .collect();
-        states
-            .iter()
-            .find(|l| l.term.is_some_and(|t| t.deadline > now))
-            .unwrap_or(&states[0])
-            .clone()
-    }
-    let (tx, rx) = watch::channel(merged(&mut all));
-    tasks.spawn(async move {
-        loop {
-            let changed =
-                futures::future::select_all(all.iter_mut().map(|r| Box::pin(r.changed())));
-            if changed.await.0.is_err() {
-                return;
-            }
-            let next = merged(&mut all);
-            tx.send_if_modified(|s| std::mem::replace(s, next.clone()) != next);
-        }
-    });
-    rx
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,42 +340,5 @@ mod tests {
         );
         assert_eq!(s.version, s2.version);
         assert_eq!(s2.with(Some(t), Some("b".into())).version, s.version + 1);
-    }
-
-    #[tokio::test]
-    async fn any_led_follows_the_first_led_lease_and_ignores_the_others_renewals() {
-        let now = Instant::now();
-        let term = |token, ms| Term {
-            token,
-            deadline: now + Duration::from_millis(ms),
-        };
-        let (tx0, rx0) = watch::channel(Leadership::default());
-        let (tx1, rx1) = watch::channel(Leadership::default());
-        let tasks = tokio_util::task::TaskTracker::new();
-        let mut any = any_led(&tasks, vec![rx0, rx1]);
-        assert_eq!(
-            any.borrow().term,
-            None,
-            "nothing led: the first lease's state"
-        );
-        tx1.send_modify(|l| *l = l.with(Some(term(11, 5_000)), Some("me".into())));
-        any.changed().await.unwrap();
-        assert_eq!(any.borrow_and_update().term.map(|t| t.token), Some(11));
-        // The first lease is led too: it is the one shown, even with the earlier deadline.
-        tx0.send_modify(|l| *l = l.with(Some(term(3, 1_000)), Some("me".into())));
-        any.changed().await.unwrap();
-        assert_eq!(any.borrow_and_update().term.map(|t| t.token), Some(3));
-        // The second one renews: the shown term keeps its token.
-        tx1.send_modify(|l| *l = l.with(Some(term(11, 9_000)), Some("me".into())));
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        assert_eq!(any.borrow_and_update().term.map(|t| t.token), Some(3));
-        // The first one ends: the second is shown.
-        tx0.send_modify(|l| *l = l.with(None, None));
-        any.changed().await.unwrap();
-        assert_eq!(any.borrow_and_update().term.map(|t| t.token), Some(11));
-        drop((tx0, tx1));
-        tasks.close();
-        tasks.wait().await;
     }
 }

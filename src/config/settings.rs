@@ -187,7 +187,7 @@ pub struct LeaseSettings {
         long = "leases",
         env = "REDLOCK_ELECTOR_LEASE_NAMES",
         value_name = "VALUE",
-        help = "Several leases for this sidecar, instead of --lease: each is contended for on its own over one set of node connections and one clock watch; repeat for each (1..=64)"
+        help = "Several leases for this sidecar, instead of --lease: each is contended for on its own over one set of node connections and one clock watch; repeat for each (1..=64). In Kubernetes the pod annotation redlock-elector/leases lists the ones the pod leads, comma-separated"
     )]
     pub names: Option<Vec<String>>,
     /// `lease.shards`.
@@ -195,7 +195,7 @@ pub struct LeaseSettings {
         long,
         env = "REDLOCK_ELECTOR_LEASE_SHARDS",
         value_name = "INTEGER",
-        help = "Shard lease.name into this many leases, NAME-0 to NAME-<N-1>, spread evenly over the replicas (2..=256; none when not given)"
+        help = "Shard lease.name into this many leases, NAME-0 to NAME-<N-1>, spread evenly over the replicas (2..=256; none when not given). In Kubernetes the pod annotation redlock-elector/shards lists the indices of the shards the pod leads, comma-separated"
     )]
     pub shards: Option<Text>,
     /// `lease.ttl`.

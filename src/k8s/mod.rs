@@ -55,6 +55,48 @@ pub struct Settings {
     pub single_lease: bool,
     /// The app containers whose health leadership follows (`lease.followApp`).
     pub apps: standing::Apps,
+    /// With several leases or shards: the annotation that lists the ones the pod leads;
+    /// `None` with one lease (no such annotation is written).
+    pub led_annotation: Option<LedAnnotation>,
+}
+
+/// With several leases (`lease.names`) or shards (`lease.shards`): the pod annotation that lists
+/// the leases or shards the pod leads, present while it leads at least one and removed when it
+/// leads none. Its size is bounded by the config's limits: at most 64 names of at most 63
+/// characters (about 4 KiB), or at most 256 shard indices (under 1 KiB).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LedAnnotation {
+    /// `lease.names`: [`crate::publish::k8s::LEASES_ANNOTATION`], the led lease names,
+    /// comma-separated, in config order (`billing-jobs,cache-warmer`).
+    Names(Vec<String>),
+    /// `lease.shards`: [`crate::publish::k8s::SHARDS_ANNOTATION`], the led shards' indices,
+    /// comma-separated, ascending (`0,5,17` for `NAME-0`, `NAME-5` and `NAME-17`).
+    Shards,
+}
+
+impl LedAnnotation {
+    /// The annotation key.
+    pub fn key(&self) -> &'static str {
+        match self {
+            LedAnnotation::Names(_) => crate::publish::k8s::LEASES_ANNOTATION,
+            LedAnnotation::Shards => crate::publish::k8s::SHARDS_ANNOTATION,
+        }
+    }
+
+    /// The annotation's value for the leases led, by their index in `lease.names` (in config
+    /// order); `None` (the annotation removed) when none is led.
+    pub fn value(&self, led: &[usize]) -> Option<String> {
+        if led.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = match self {
+            LedAnnotation::Names(names) => {
+                led.iter().filter_map(|&i| names.get(i).cloned()).collect()
+            }
+            LedAnnotation::Shards => led.iter().map(usize::to_string).collect(),
+        };
+        Some(parts.join(","))
+    }
 }
 
 impl Settings {
@@ -80,6 +122,11 @@ impl Settings {
                 (false, _) => standing::Apps::Off,
                 (true, true) => standing::Apps::AllButSidecar,
                 (true, false) => standing::Apps::Named(config.app.containers.clone()),
+            },
+            led_annotation: match (config.lease.names.len(), config.lease.shards) {
+                (1, _) => None,
+                (_, 0) => Some(LedAnnotation::Names(config.lease.names.clone())),
+                _ => Some(LedAnnotation::Shards),
             },
         })
     }

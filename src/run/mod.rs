@@ -205,19 +205,22 @@ async fn run_with(
         ));
     }
     // The kube publisher only reads the leadership watches (with several leases, whether any
-    // is led); it is told to finish after the electors have released.
+    // is led, and which); it is told to finish after the electors have released.
     let publisher = kube_settings.map(|settings| {
-        let leadership = match leases.len() {
-            1 => leases[0].handles.leadership.clone(),
-            _ => crate::leadership::any_led(
-                &tasks,
-                leases
-                    .iter()
-                    .map(|l| l.handles.leadership.clone())
-                    .collect(),
-            ),
+        let (leadership, led) = match leases.len() {
+            1 => (leases[0].handles.leadership.clone(), None),
+            _ => {
+                let (any, led) = crate::leadership::any_led(
+                    &tasks,
+                    leases
+                        .iter()
+                        .map(|l| l.handles.leadership.clone())
+                        .collect(),
+                );
+                (any, Some(led))
+            }
         };
-        start_publisher(&tasks, settings, &metrics, leadership)
+        start_publisher(&tasks, settings, &metrics, leadership, led)
     });
     let answers: Vec<api::LeaseApi> = leases
         .iter()
@@ -319,11 +322,13 @@ fn start_publisher(
     settings: k8s::Settings,
     metrics: &Metrics,
     leadership: watch::Receiver<crate::leadership::Leadership>,
+    led: Option<watch::Receiver<crate::leadership::Led>>,
 ) -> Publisher {
     metrics.new_kube_requests(&k8s::call::VERBS, &k8s::call::RESULTS);
     let finish = CancellationToken::new();
     let task = tasks.spawn(
-        publish::k8s::Publisher::new(settings, metrics.clone(), leadership).run(finish.clone()),
+        publish::k8s::Publisher::new(settings, metrics.clone(), leadership, led)
+            .run(finish.clone()),
     );
     Publisher { finish, task }
 }

@@ -14,6 +14,11 @@
 //!
 //! Each snippet's whole output must be exactly that story: no flap, no write outside a term, every
 //! write with its term's token. A missing runtime fails the test with the command that installs it.
+//!
+//! Each snippet's fourth mode, `leases` (several leases: the set this replica leads, by long-poll
+//! of `GET /leases`), runs against a pair of sidecars with three leases each
+//! ([`client_snippets_follow_several_leases`]): it must print the set the sidecar leads, with the
+//! tokens, through step-downs of single leases (`POST /leases/{name}/step-down`) and a SIGTERM.
 
 use testkit::common;
 
@@ -338,42 +343,64 @@ fn step_down(s: &Sidecar) {
     );
 }
 
+/// The runtimes every snippet needs, checked, with the Go snippet built into `dir` in the
+/// background: bash, python3, node, and the Go build's thread.
+struct Runtimes {
+    bash: PathBuf,
+    python: PathBuf,
+    node: PathBuf,
+    go_build: std::thread::JoinHandle<PathBuf>,
+}
+
+impl Runtimes {
+    fn check(dir: &Path) -> Runtimes {
+        let bash = program(
+            "bash",
+            &[],
+            "Install it with `sudo apt-get install -y bash`",
+        );
+        program(
+            "curl",
+            &[],
+            "Install it with `sudo apt-get install -y curl`",
+        );
+        program("jq", &[], "Install it with `sudo apt-get install -y jq`");
+        let python = program(
+            "python3",
+            &[],
+            "Install it with `sudo apt-get install -y python3`",
+        );
+        let node = program(
+            "node",
+            &[],
+            "Install it with `sudo apt-get install -y nodejs`",
+        );
+        check_node_version(&node);
+        let go = program(
+            "go",
+            &["/usr/local/go/bin"],
+            "Install Go 1.21 or newer from https://go.dev/dl/ into /usr/local/go",
+        );
+        // The Go build overlaps the Redis servers' start-up quarantine.
+        let go_build = {
+            let dir = dir.to_path_buf();
+            std::thread::spawn(move || build_go(&go, &dir))
+        };
+        Runtimes {
+            bash,
+            python,
+            node,
+            go_build,
+        }
+    }
+}
+
 #[test]
 fn client_snippets_follow_leadership_through_handovers() {
     let t_start = Instant::now();
-    let bash = program(
-        "bash",
-        &[],
-        "Install it with `sudo apt-get install -y bash`",
-    );
-    program(
-        "curl",
-        &[],
-        "Install it with `sudo apt-get install -y curl`",
-    );
-    program("jq", &[], "Install it with `sudo apt-get install -y jq`");
-    let python = program(
-        "python3",
-        &[],
-        "Install it with `sudo apt-get install -y python3`",
-    );
-    let node = program(
-        "node",
-        &[],
-        "Install it with `sudo apt-get install -y nodejs`",
-    );
-    check_node_version(&node);
-    let go = program(
-        "go",
-        &["/usr/local/go/bin"],
-        "Install Go 1.21 or newer from https://go.dev/dl/ into /usr/local/go",
-    );
     let dir = tempdir();
-    // The Go build overlaps the Redis servers' start-up quarantine.
-    let go_build = {
-        let dir = dir.path().to_path_buf();
-        std::thread::spawn(move || build_go(&go, &dir))
-    };
+    let rt = Runtimes::check(dir.path());
+    let (bash, python, node, go_build) = (rt.bash, rt.python, rt.node, rt.go_build);
 
     let nodes = redis_cluster(3, TTL);
     let refs: Vec<&Redis> = nodes.iter().collect();
@@ -528,6 +555,351 @@ fn client_snippets_follow_leadership_through_handovers() {
     }
     report(
         "client snippets: test wall time (setup until the pair was ready / snippets' run), s",
+        format!(
+            "{:.1} / {:.1}",
+            (t_ready - t_start).as_secs_f64(),
+            t_ready.elapsed().as_secs_f64()
+        ),
+    );
+}
+
+/// The three leases of [`client_snippets_follow_several_leases`], in config order.
+const LEASES: [&str; 3] = ["alpha", "beta", "gamma"];
+
+/// A set of led leases with their tokens, in config order (as the snippets print it).
+type Owned = Vec<(String, u64)>;
+
+/// Parse a `leases=` line: `leases=none`, or `leases=alpha:7,gamma:3`.
+fn parse_leases(line: &str) -> Option<Owned> {
+    let rest = line.strip_prefix("leases=")?;
+    if rest == "none" {
+        return Some(Vec::new());
+    }
+    rest.split(',')
+        .map(|p| {
+            let (name, token) = p.split_once(':')?;
+            Some((name.to_string(), token.parse().ok()?))
+        })
+        .collect()
+}
+
+fn show_owned(o: &Owned) -> String {
+    if o.is_empty() {
+        return "leases=none".into();
+    }
+    let parts: Vec<String> = o.iter().map(|(n, t)| format!("{n}:{t}")).collect();
+    format!("leases={}", parts.join(","))
+}
+
+/// The leases `s` leads now, with their tokens, by its `GET /leases`.
+fn owned(s: &Sidecar) -> Option<Owned> {
+    let (status, body) = http("GET", s.api_port, "/leases")?;
+    if status != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["leases"]
+        .as_array()?
+        .iter()
+        .filter(|l| l["is_leader"] == true)
+        .map(|l| {
+            Some((
+                l["lease"].as_str()?.to_string(),
+                l["fencing_token"].as_u64()?,
+            ))
+        })
+        .collect()
+}
+
+impl Snippet {
+    /// The `leases=` lines, in order, with when each was read; a panic on any other line.
+    fn owned_lines(&self) -> Vec<(Instant, Owned)> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(at, l)| {
+                let o = parse_leases(l).unwrap_or_else(|| {
+                    panic!(
+                        "the {} snippet printed a line outside its format: {l:?}\n{}",
+                        self.name,
+                        self.output()
+                    )
+                });
+                (*at, o)
+            })
+            .collect()
+    }
+}
+
+/// Wait until every snippet's last line says `want`; returns how long each took from `since`.
+fn all_own(
+    snippets: &[Snippet],
+    want: &Owned,
+    since: Instant,
+    limit: Duration,
+    what: &str,
+    sidecars: &[&Sidecar],
+) -> Vec<(String, Duration)> {
+    let reached = |s: &Snippet| {
+        s.owned_lines()
+            .last()
+            .filter(|(_, o)| o == want)
+            .map(|(at, _)| at.saturating_duration_since(since))
+    };
+    wait_for(limit, Duration::from_millis(20), || {
+        snippets
+            .iter()
+            .map(|s| reached(s).map(|d| (s.name.clone(), d)))
+            .collect::<Option<Vec<_>>>()
+    })
+    .unwrap_or_else(|| {
+        let outputs: Vec<String> = snippets.iter().map(Snippet::output).collect();
+        let logs: Vec<String> = sidecars
+            .iter()
+            .map(|s| format!("--- sidecar {} log:\n{}", s.identity, s.logs()))
+            .collect();
+        panic!(
+            "{what}: within {limit:?}, not every snippet printed `{}`\n{}\n{}",
+            show_owned(want),
+            outputs.join("\n"),
+            logs.join("\n")
+        )
+    })
+}
+
+fn step_down_lease(s: &Sidecar, lease: &str) {
+    let path = format!("/leases/{lease}/step-down");
+    let (status, body) = http("POST", s.api_port, &path).expect("POST /leases/{name}/step-down");
+    assert_eq!(
+        status,
+        200,
+        "{path} on {}: {body}\n{}",
+        s.identity,
+        s.logs()
+    );
+}
+
+/// Every snippet's `leases` mode (one long-poll connection to `GET /leases` at a time) against
+/// one sidecar, "mine", of a pair on three real Redis servers, both with the leases alpha, beta
+/// and gamma. The other sidecar starts first and leads all three.
+/// 1. each snippet prints `leases=none`;
+/// 2. the other steps down from alpha (`POST /leases/alpha/step-down`): mine takes it, and each
+///    prints `leases=alpha:T` with mine's token;
+/// 3. the other steps down from beta and gamma: each prints all three with mine's tokens;
+/// 4. mine steps down from beta (the other takes it): each prints alpha and gamma;
+/// 5. mine is stopped with SIGTERM: each prints `leases=none`.
+///
+/// Each output must be exactly that story (between alpha alone and all three, one more line with
+/// two of them is allowed: the two step-downs are two changes), every token the sidecar's.
+#[test]
+fn client_snippets_follow_several_leases() {
+    let t_start = Instant::now();
+    let dir = tempdir();
+    let rt = Runtimes::check(dir.path());
+    let nodes = redis_cluster(3, TTL);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let mut extra = Vec::new();
+    for l in LEASES {
+        extra.extend(["--leases".to_string(), l.to_string()]);
+    }
+    let o = Opts {
+        lease: String::new(),
+        ttl: "2s",
+        timeout: "100ms",
+        extra,
+        ..Opts::default()
+    };
+    // The other first: it leads all three before mine starts.
+    let other = Sidecar::start("b", &refs, &o);
+    wait_for(Duration::from_secs(15), Duration::from_millis(10), || {
+        owned(&other).filter(|o| o.len() == LEASES.len())
+    })
+    .unwrap_or_else(|| panic!("b did not lead every lease within 15s:\n{}", other.logs()));
+    let mut pair = [Sidecar::start("a", &refs, &o), other];
+    for s in &pair {
+        s.wait_eligible(Duration::from_secs(15));
+    }
+    let go_bin = rt
+        .go_build
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    let t_ready = Instant::now();
+    let (sh, py, js) = (
+        examples().join("shell/leader.sh"),
+        examples().join("python/leader.py"),
+        examples().join("node/leader.mjs"),
+    );
+    let langs: [(&str, Vec<&Path>); 4] = [
+        ("shell", vec![&rt.bash, &sh]),
+        ("python", vec![&rt.python, &py]),
+        ("go", vec![&go_bin]),
+        ("node", vec![&rt.node, &js]),
+    ];
+    let url = pair[0].url("");
+    let snippets: Vec<Snippet> = langs
+        .iter()
+        .map(|(lang, argv)| Snippet::start(lang, "leases", argv, &url, dir.path()))
+        .collect();
+    let alpha;
+    let all_three;
+    let alpha_gamma;
+    {
+        let (mine, other) = (&pair[0], &pair[1]);
+        let both = [mine, other];
+        // 1. Mine leads none.
+        let t0 = Instant::now();
+        let took = all_own(
+            &snippets,
+            &Vec::new(),
+            t0,
+            Duration::from_secs(20),
+            "start",
+            &both,
+        );
+        figures(
+            "client snippets, leases: first `leases=none` after start, ms",
+            &took,
+        );
+        // 2. The other steps down from alpha: mine, the only other candidate, is named and
+        // takes it.
+        let t0 = Instant::now();
+        step_down_lease(other, "alpha");
+        alpha = wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
+            owned(mine).filter(|o| !o.is_empty())
+        })
+        .unwrap_or_else(|| panic!("mine did not take alpha:\n{}", mine.logs()));
+        assert_eq!(
+            alpha.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["alpha"]
+        );
+        let took = all_own(
+            &snippets,
+            &alpha,
+            t0,
+            Duration::from_secs(10),
+            "after the other's step-down of alpha",
+            &both,
+        );
+        figures(
+            "client snippets, leases: alpha after the other's step-down of it, ms",
+            &took,
+        );
+        // 3. The other steps down from beta and gamma: mine takes both.
+        let t0 = Instant::now();
+        step_down_lease(other, "beta");
+        step_down_lease(other, "gamma");
+        all_three = wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
+            owned(mine).filter(|o| o.len() == LEASES.len())
+        })
+        .unwrap_or_else(|| panic!("mine did not take every lease:\n{}", mine.logs()));
+        assert!(all_three.contains(&alpha[0]), "mine's alpha term changed");
+        let took = all_own(
+            &snippets,
+            &all_three,
+            t0,
+            Duration::from_secs(10),
+            "after the other's step-downs",
+            &both,
+        );
+        figures(
+            "client snippets, leases: all three after the other's step-downs of beta and gamma, ms",
+            &took,
+        );
+        // 3. Mine steps down from beta, once the other's cool-down after its own step-downs
+        // (one ttl) has passed: the other takes beta, mine keeps alpha and gamma.
+        std::thread::sleep(TTL);
+        let t0 = Instant::now();
+        step_down_lease(mine, "beta");
+        alpha_gamma = all_three
+            .iter()
+            .filter(|(n, _)| n != "beta")
+            .cloned()
+            .collect::<Owned>();
+        wait_for(Duration::from_secs(5), Duration::from_millis(5), || {
+            (owned(mine)? == alpha_gamma && owned(other)?.iter().any(|(n, _)| n == "beta"))
+                .then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "beta did not move to the other:\n{}\n{}",
+                mine.logs(),
+                other.logs()
+            )
+        });
+        let took = all_own(
+            &snippets,
+            &alpha_gamma,
+            t0,
+            Duration::from_secs(10),
+            "after mine's step-down of beta",
+            &both,
+        );
+        figures(
+            "client snippets, leases: alpha and gamma after mine's step-down of beta, ms",
+            &took,
+        );
+    }
+    // 4. SIGTERM of mine: it releases both leases and exits; each snippet prints none.
+    let t0 = Instant::now();
+    let (code, took_exit) = pair[0].terminate();
+    assert_eq!(
+        code,
+        Some(0),
+        "mine's exit after SIGTERM:\n{}",
+        pair[0].logs()
+    );
+    let both = [&pair[0], &pair[1]];
+    let took = all_own(
+        &snippets,
+        &Vec::new(),
+        t0,
+        TTL + Duration::from_secs(2),
+        "after mine's SIGTERM",
+        &both,
+    );
+    figures(
+        &format!(
+            "client snippets, leases: `leases=none` after mine's SIGTERM (it exited in {} ms), ms",
+            took_exit.as_millis()
+        ),
+        &took,
+    );
+    // Each whole output tells exactly that story.
+    for s in &snippets {
+        let told: Vec<Owned> = s.owned_lines().into_iter().map(|(_, o)| o).collect();
+        let at_all = told
+            .iter()
+            .position(|o| *o == all_three)
+            .unwrap_or_else(|| panic!("{} never printed all three:\n{}", s.name, s.output()));
+        assert_eq!(
+            told[at_all..],
+            [all_three.clone(), alpha_gamma.clone(), Vec::new()],
+            "the {} snippet's lines after all three\n{}",
+            s.name,
+            s.output()
+        );
+        assert_eq!(
+            told[..2],
+            [Vec::new(), alpha.clone()],
+            "the {} snippet's first lines\n{}",
+            s.name,
+            s.output()
+        );
+        // Between alpha alone and all three, at most one line with two of them.
+        let between = &told[1..=at_all];
+        assert!(
+            between.len() <= 3
+                && between
+                    .windows(2)
+                    .all(|w| w[0].iter().all(|p| w[1].contains(p)) && w[0].len() < w[1].len()),
+            "the {} snippet's lines from alpha to all three: {between:?}\n{}",
+            s.name,
+            s.output()
+        );
+    }
+    report(
+        "client snippets, leases: test wall time (setup until the pair was ready / snippets' run), s",
         format!(
             "{:.1} / {:.1}",
             (t_ready - t_start).as_secs_f64(),

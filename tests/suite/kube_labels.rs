@@ -20,6 +20,10 @@ const FAILOVER: Duration = Duration::from_millis(1000 + 200 + 500);
 /// plus process slack.
 const SHUTDOWN: Duration = Duration::from_millis(2 * 50 + 1000 + 400);
 const SELECTOR: &str = "redlock-elector/lease=test,redlock-elector/role=leader";
+/// With `lease.names`: the leases a pod leads, comma-separated, in config order.
+const LEASES_ANNOTATION: &str = "redlock-elector/leases";
+/// With `lease.shards`: the indices of the shards a pod leads, comma-separated, ascending.
+const SHARDS_ANNOTATION: &str = "redlock-elector/shards";
 
 fn kube_opts(fake: &FakeApi, pod: &str, extra: &[&str]) -> Opts {
     let mut args: Vec<String> = ["--kubernetes", "true", "--pod-name", pod, "--namespace", NS]
@@ -738,42 +742,92 @@ fn fake_merge_patch_and_selectors() {
     assert!(selector_matches("x in (a,b)", &labels).is_err());
 }
 
+/// `GET /leases` of `s`: the names of the leases it leads, in config order.
+fn led_leases(s: &Sidecar) -> Vec<String> {
+    let (_, body) = http("GET", s.api_port, "/leases").expect("/leases");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    v["leases"]
+        .as_array()
+        .expect("leases")
+        .iter()
+        .filter(|l| l["is_leader"] == true)
+        .map(|l| l["lease"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Wait until `pod`'s annotation `key` is `want` (`None`: absent); returns the time it took.
+fn annotation_becomes(
+    fake: &FakeApi,
+    pod: &str,
+    key: &str,
+    want: Option<&str>,
+    within: Duration,
+    logs: &[&Sidecar],
+) -> Duration {
+    let t0 = Instant::now();
+    wait_for(within, Duration::from_millis(5), || {
+        (fake.annotation(pod, key).as_deref() == want).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{pod}'s annotation {key} is {:?}, not {want:?}, after {within:?}:\n{}",
+            fake.annotation(pod, key),
+            all_logs(logs)
+        )
+    });
+    t0.elapsed()
+}
+
+/// The patches of `pod` by itself after request `mark`.
+fn own_patches_since(fake: &FakeApi, pod: &str, mark: u64) -> Vec<Record> {
+    fake.records()
+        .into_iter()
+        .filter(|r| r.seq > mark && r.method == "PATCH" && r.who == pod && r.pod() == Some(pod))
+        .collect()
+}
+
 /// Several leases (`lease.names`): the role label says "leads at least one", so two pods that
 /// each lead a lease are both labelled leader, and neither demotes the other as stale; a pod
-/// that leads none is a follower.
+/// that leads none is a follower. The annotation `redlock-elector/leases` lists exactly the
+/// leases each pod leads (as its `/leases` says), follows a step-down, is not rewritten by
+/// renewals, and is gone after a SIGTERM.
 #[test]
 fn with_several_leases_each_pod_leading_one_keeps_its_leader_label() {
     let fake = FakeApi::start();
     let nodes = redis_cluster(3, TTL);
     let extra = ["--lease", "", "--leases", "one", "--leases", "two"];
     let mut sidecars = start_pods(&fake, &nodes, &["pod-a", "pod-b"], &extra);
+    let pods = ["pod-a", "pod-b"];
     let refs: Vec<&Sidecar> = sidecars.iter().collect();
-    let leads = |s: &Sidecar| -> Vec<String> {
-        let (_, body) = http("GET", s.api_port, "/leases").expect("/leases");
-        let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-        v["leases"]
-            .as_array()
-            .expect("leases")
-            .iter()
-            .filter(|l| l["is_leader"] == true)
-            .map(|l| l["lease"].as_str().unwrap_or_default().to_string())
-            .collect()
-    };
+    let leads = led_leases;
     // Whoever leads both steps down from one: the other pod takes it.
     let both = wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
         refs.iter().position(|s| leads(s).len() == 2)
     })
     .unwrap_or_else(|| panic!("nobody led both leases:\n{}", all_logs(&refs)));
+    let other = 1 - both;
+    let took = annotation_becomes(
+        &fake,
+        pods[both],
+        LEASES_ANNOTATION,
+        Some("one,two"),
+        Duration::from_secs(5),
+        &refs,
+    );
+    report(
+        "annotation lists both leases after /leases says so, ms",
+        took.as_millis(),
+    );
+    assert_eq!(fake.annotation(pods[other], LEASES_ANNOTATION), None);
     let (status, body) = http("POST", refs[both].api_port, "/leases/two/step-down").unwrap();
     assert_eq!(status, 200, "{body}");
-    let other = 1 - both;
+    let t_step = Instant::now();
     wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
         (leads(refs[other]) == ["two"] && leads(refs[both]) == ["one"]).then_some(())
     })
     .unwrap_or_else(|| panic!("lease two did not move:\n{}", all_logs(&refs)));
     wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
-        ["pod-a", "pod-b"]
-            .iter()
+        pods.iter()
             .all(|p| fake.label(p, ROLE_KEY).as_deref() == Some("leader"))
             .then_some(())
     })
@@ -784,7 +838,24 @@ fn with_several_leases_each_pod_leading_one_keeps_its_leader_label() {
             all_logs(&refs)
         )
     });
-    // Stable: neither demotes the other (a second look after a few renewals).
+    // The annotations follow the step-down: each pod lists the one lease it leads.
+    for (pod, want) in [(pods[both], "one"), (pods[other], "two")] {
+        annotation_becomes(
+            &fake,
+            pod,
+            LEASES_ANNOTATION,
+            Some(want),
+            Duration::from_secs(5),
+            &refs,
+        );
+    }
+    report(
+        "annotations follow a step-down of one lease, ms",
+        t_step.elapsed().as_millis(),
+    );
+    // Stable: neither demotes the other, and renewals rewrite nothing (a second look after a
+    // few renewals).
+    let mark = fake.seq();
     std::thread::sleep(TTL);
     assert_eq!(
         fake.roles()
@@ -795,6 +866,21 @@ fn with_several_leases_each_pod_leading_one_keeps_its_leader_label() {
         "{:?}",
         fake.roles()
     );
+    for (pod, want) in [(pods[both], "one"), (pods[other], "two")] {
+        assert_eq!(
+            leads(refs[pods.iter().position(|p| *p == pod).unwrap()]),
+            [want]
+        );
+        assert_eq!(
+            fake.annotation(pod, LEASES_ANNOTATION).as_deref(),
+            Some(want)
+        );
+        let patches = own_patches_since(&fake, pod, mark);
+        assert!(
+            patches.is_empty(),
+            "{pod} patched itself while its set of leases stayed the same (renewals only): {patches:#?}"
+        );
+    }
     assert!(
         fake.records().iter().all(|r| r
             .query
@@ -802,15 +888,136 @@ fn with_several_leases_each_pod_leading_one_keeps_its_leader_label() {
             .is_none_or(|s| !s.contains("role=leader"))),
         "nobody listed the other leaders to demote them"
     );
-    // SIGTERM of one: the other leads both, and the stopped pod is labelled follower.
+    // Every patch that set the annotation set the lease's names, never a shard list.
+    assert!(
+        fake.records().iter().all(
+            |r| r.body.as_ref().is_none_or(|b| b["metadata"]["annotations"]
+                .get(SHARDS_ANNOTATION)
+                .is_none())
+        ),
+        "lease.names writes no shard annotation"
+    );
+    // SIGTERM of one: the other leads both, and the stopped pod is labelled follower, with no
+    // led-leases annotation left.
     let stopped = &mut sidecars[both];
     terminate_within_shutdown(stopped, "SIGTERM with two leases");
-    let label_of_stopped = fake.label(["pod-a", "pod-b"][both], ROLE_KEY);
+    let label_of_stopped = fake.label(pods[both], ROLE_KEY);
     assert_eq!(label_of_stopped.as_deref(), Some("follower"));
+    assert_eq!(
+        fake.annotation(pods[both], LEASES_ANNOTATION),
+        None,
+        "the stopped pod still lists leases: {}",
+        fake.pod(pods[both])
+    );
     let refs: Vec<&Sidecar> = vec![&sidecars[other]];
     wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
         (leads(refs[0]).len() == 2).then_some(())
     })
     .unwrap_or_else(|| panic!("the survivor did not take both:\n{}", all_logs(&refs)));
+    annotation_becomes(
+        &fake,
+        pods[other],
+        LEASES_ANNOTATION,
+        Some("one,two"),
+        Duration::from_secs(5),
+        &refs,
+    );
+    // And the survivor's own SIGTERM clears its annotation too.
+    terminate_within_shutdown(
+        &mut sidecars[other],
+        "SIGTERM of the last pod with two leases",
+    );
+    assert_eq!(
+        fake.label(pods[other], ROLE_KEY).as_deref(),
+        Some("follower")
+    );
+    assert_eq!(fake.annotation(pods[other], LEASES_ANNOTATION), None);
+    report_rbac(&fake);
+}
+
+/// Sharded (`lease.shards: 4`) over two pods: the annotation `redlock-elector/shards` of each
+/// lists the indices of exactly the shards its `/leases` says it leads; together they cover
+/// every shard once; after a SIGTERM the stopped pod's is gone and the survivor lists all four.
+#[test]
+fn with_shards_the_annotation_lists_the_led_shard_indices() {
+    let fake = FakeApi::start();
+    let nodes = redis_cluster(3, TTL);
+    let extra = ["--shards", "4"];
+    let mut sidecars = start_pods(&fake, &nodes, &["pod-a", "pod-b"], &extra);
+    let pods = ["pod-a", "pod-b"];
+    // Ready pods: the balance spreads the shards over ready candidates only.
+    for p in pods {
+        fake.update_pod(
+            p,
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+    }
+    let indices = |s: &Sidecar| -> String {
+        let led: Vec<String> = led_leases(s)
+            .iter()
+            .map(|l| {
+                l.strip_prefix("test-")
+                    .expect("a shard of test")
+                    .to_string()
+            })
+            .collect();
+        led.join(",")
+    };
+    // Balanced (2 and 2) and stable, and each annotation says so.
+    let refs: Vec<&Sidecar> = sidecars.iter().collect();
+    let t0 = Instant::now();
+    let shown = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+        let led: Vec<String> = refs.iter().map(|s| indices(s)).collect();
+        let ok = led.iter().all(|l| l.split(',').count() == 2)
+            && pods
+                .iter()
+                .zip(&led)
+                .all(|(p, l)| fake.annotation(p, SHARDS_ANNOTATION).as_deref() == Some(l));
+        ok.then_some(led)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the shard annotations did not show a balanced assignment: {:?} / {:?}\n{}",
+            refs.iter().map(|s| indices(s)).collect::<Vec<_>>(),
+            pods.iter()
+                .map(|p| fake.annotation(p, SHARDS_ANNOTATION))
+                .collect::<Vec<_>>(),
+            all_logs(&refs)
+        )
+    });
+    report(
+        "shards annotation: balanced 2/2 and shown, ms after start",
+        t0.elapsed().as_millis(),
+    );
+    let mut all: Vec<&str> = shown.iter().flat_map(|l| l.split(',')).collect();
+    all.sort();
+    assert_eq!(
+        all,
+        ["0", "1", "2", "3"],
+        "every shard on one pod: {shown:?}"
+    );
+    assert!(
+        pods.iter()
+            .all(|p| fake.annotation(p, LEASES_ANNOTATION).is_none()),
+        "lease.shards writes the shard indices, not names"
+    );
+    // SIGTERM of pod-a: its shards go to pod-b, its annotation goes.
+    terminate_within_shutdown(&mut sidecars[0], "SIGTERM with 4 shards");
+    assert_eq!(fake.annotation(pods[0], SHARDS_ANNOTATION), None);
+    assert_eq!(fake.label(pods[0], ROLE_KEY).as_deref(), Some("follower"));
+    let refs: Vec<&Sidecar> = vec![&sidecars[1]];
+    let took = annotation_becomes(
+        &fake,
+        pods[1],
+        SHARDS_ANNOTATION,
+        Some("0,1,2,3"),
+        Duration::from_secs(5),
+        &refs,
+    );
+    report(
+        "shards annotation: the survivor lists all four after the SIGTERM, ms",
+        took.as_millis(),
+    );
+    assert_eq!(indices(&sidecars[1]), "0,1,2,3");
     report_rbac(&fake);
 }

@@ -4,9 +4,12 @@
     python3 leader.py poll    # am I the leader? ask GET /leader twice a second
     python3 leader.py watch   # the same by long-poll: GET /leader?wait=30s&version=N
     python3 leader.py work    # run work only while leading; each write carries the fencing token
+    python3 leader.py leases  # several leases or shards: the set this replica leads, by long-poll
+                              # of GET /leases?wait=30s&version=N (one connection at a time)
 
 Each prints a line when leadership changes, `leader=true token=7` or `leader=false token=none`;
-`work` also prints `write token=7 n=1` for each (simulated) write.
+`work` also prints `write token=7 n=1` for each (simulated) write; `leases` prints the leases it
+leads with their tokens, `leases=jobs-0:7,jobs-3:2`, or `leases=none`.
 """
 import http.client
 import json
@@ -21,10 +24,11 @@ SIDECAR = os.environ.get("REDLOCK_ELECTOR_URL", "http://127.0.0.1:4040")
 HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def get_leader(query="", timeout=1.0):
-    """GET /leader as a dict, or None when the sidecar does not answer: treat that as "not leader"."""
+def get_leader(query="", timeout=1.0, path="/leader"):
+    """GET /leader (or `path`) as a dict, or None when the sidecar does not answer: treat that as
+    "not leader"."""
     try:
-        with HTTP.open(SIDECAR + "/leader" + query, timeout=timeout) as r:
+        with HTTP.open(SIDECAR + path + query, timeout=timeout) as r:
             return json.load(r)
     except (OSError, ValueError, http.client.HTTPException):
         return None
@@ -125,10 +129,52 @@ def work():
         time.sleep(0.1)  # one step of work: keep each step far shorter than the lease ttl
 
 
+# (d) Several leases or shards (`lease.names`, `lease.shards`): which ones do I lead? The same
+# long-poll on GET /leases, whose `version` changes when any lease's answer does.
+def owned_leases():
+    """Yield {lease: (token, deadline)} of the leases led, after every answer; {} when the
+    sidecar does not answer. deadline is the time.monotonic() until which that lease is known to
+    be valid: act on a lease only before it, as with one lease."""
+    asked, view, owned = 0, None, {}
+    while True:
+        if not owned:
+            wait, timeout = 30000, 35  # leading none: wait for the next change
+        elif view["version"] != asked:
+            wait, timeout = 0, 1  # news after a long wait: ask again for validities to rely on
+        else:
+            # Renewals do not change the version: ask again well within the shortest validity,
+            # and count the leases as lost if no answer comes by the earliest deadline.
+            wait = min(l["valid_for_ms"] for l in view["leases"] if l["is_leader"]) // 8
+            timeout = max(min(d for _, d in owned.values()) - time.monotonic(), 0.001)
+        asked = view["version"] if view else 0  # 0: the current state, whatever it is
+        sent = time.monotonic()  # before sending: valid_for_ms runs from a later moment
+        view = get_leader(f"?wait={wait}ms&version={asked}", timeout, path="/leases")
+        if view is None:
+            owned = {}  # unreachable: leading none
+            yield owned
+            time.sleep(0.5)
+            continue
+        owned = {
+            l["lease"]: (l["fencing_token"], sent + l["valid_for_ms"] / 1000)
+            for l in view["leases"]
+            if l["is_leader"]
+        }
+        yield owned
+
+
+def leases():
+    last = None  # nothing shown yet
+    for owned in owned_leases():
+        now = ",".join(f"{name}:{token}" for name, (token, _) in owned.items()) or "none"
+        if now != last:
+            print(f"leases={now}", flush=True)
+            last = now
+
+
 if __name__ == "__main__":
-    modes = {"poll": poll, "watch": watch, "work": work}
+    modes = {"poll": poll, "watch": watch, "work": work, "leases": leases}
     if len(sys.argv) != 2 or sys.argv[1] not in modes:
-        sys.exit(f"usage: {sys.argv[0]} poll|watch|work")
+        sys.exit(f"usage: {sys.argv[0]} poll|watch|work|leases")
     try:
         modes[sys.argv[1]]()
     except KeyboardInterrupt:

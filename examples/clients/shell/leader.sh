@@ -4,9 +4,12 @@
 #   leader.sh poll    # am I the leader? ask GET /leader twice a second
 #   leader.sh watch   # the same by long-poll: GET /leader?wait=30s&version=N
 #   leader.sh work    # run work only while leading; each write carries the fencing token
+#   leader.sh leases  # several leases or shards: the set this replica leads, by long-poll
+#                     # of GET /leases?wait=30s&version=N (one connection at a time)
 #
 # Each prints a line when leadership changes, `leader=true token=7` or `leader=false token=none`;
-# `work` also prints `write token=7 n=1` for each (simulated) write.
+# `work` also prints `write token=7 n=1` for each (simulated) write; `leases` prints the leases it
+# leads with their tokens, `leases=jobs-0:7,jobs-3:2`, or `leases=none`.
 set -uo pipefail
 SIDECAR=${REDLOCK_ELECTOR_URL:-http://127.0.0.1:4040}
 
@@ -88,7 +91,44 @@ work() {
   done
 }
 
+# (d) Several leases or shards (lease.names, lease.shards): which ones do I lead? The same
+# long-poll on GET /leases, whose `version` changes when any lease's answer does.
+
+# get_leases QUERY MAX_SECONDS: prints "version valid_for_ms owned": owned is the leases led with
+# their tokens, `jobs-0:7,jobs-3:2` (or "none"), valid_for_ms the shortest of their validities.
+get_leases() {
+  curl -fsS --noproxy '*' --max-time "$2" "$SIDECAR/leases$1" 2>/dev/null |
+    jq -er '[.leases[] | select(.is_leader)] as $led
+      | ([$led[] | "\(.lease):\(.fencing_token)"] | join(",")) as $owned
+      | "\(.version) \([$led[].valid_for_ms] | min // 0) \(if $owned == "" then "none" else $owned end)"'
+}
+
+leases() {
+  local shown="" now out owned=none valid=0 version=0 asked wait max unreachable
+  while :; do
+    if [ "$owned" = none ]; then
+      wait=30000 max=35 # leading none: wait for the next change
+    elif [ "$version" != "$asked" ]; then
+      wait=0 max=1 # news after a long wait: ask again at once for validities to rely on
+    else
+      # Renewals do not change the version: ask again well within the shortest validity, and
+      # count the leases as lost if no answer comes by its end (curl --max-time).
+      wait=$((valid / 8)) max=$(printf '%d.%03d' $((valid / 1000)) $((valid % 1000)))
+    fi
+    asked=$version # 0: the current state, whatever it is
+    if out=$(get_leases "?wait=${wait}ms&version=$asked" "$max"); then
+      read -r version valid owned <<<"$out"
+      unreachable=false
+    else
+      owned=none version=0 unreachable=true # unreachable: leading none
+    fi
+    now="leases=$owned"
+    if [ "$now" != "$shown" ]; then echo "$now"; shown=$now; fi
+    if [ "$unreachable" = true ]; then sleep 0.5; fi # ask again shortly
+  done
+}
+
 case "${1:-}" in
-  poll | watch | work) "$1" ;;
-  *) echo "usage: $0 poll|watch|work" >&2; exit 2 ;;
+  poll | watch | work | leases) "$1" ;;
+  *) echo "usage: $0 poll|watch|work|leases" >&2; exit 2 ;;
 esac

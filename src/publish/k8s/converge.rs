@@ -1,5 +1,7 @@
-//! The converge loop: drive the own pod's label to the role wanted *now*, retrying with backoff,
-//! dropping an attempt as soon as its role is no longer wanted, and finishing on follower.
+//! The converge loop: drive the own pod's label (and, with several leases, the led-leases
+//! annotation) to what is wanted *now*, retrying with backoff, dropping an attempt as soon as its
+//! role is no longer wanted, and finishing on follower. A change of the led set alone does not
+//! drop an attempt: it is written after it, at most every [`LED_SPACING`].
 
 use std::time::Duration;
 
@@ -10,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::Events;
 use super::pods::Pods;
-use super::{BACKOFF_MAX, Role, Wanted, retry_backoff};
+use super::{BACKOFF_MAX, LED_SPACING, Role, Shown, Wanted, retry_backoff};
 use crate::backoff::Backoff;
 use crate::k8s::CallError;
 use crate::k8s::{Settings, connect};
-use crate::leadership::Leadership;
+use crate::leadership::{Leadership, Led};
 use crate::metrics::Metrics;
 
 /// The retry cap once told to finish: little time is left, so retry quickly.
@@ -28,13 +30,18 @@ pub struct Publisher {
     metrics: Metrics,
     /// Leadership as the elector publishes it (with why the last term ended, for Events).
     leadership: watch::Receiver<Leadership>,
+    /// With several leases: the leases led, for the led-leases annotation.
+    led: Option<watch::Receiver<Led>>,
 }
 
 /// The converge loop's state between wake-ups.
 struct Converge {
-    /// The role the API server confirmed last; `None` while unknown (an attempt that failed,
+    /// What the API server confirmed last; `None` while unknown (an attempt that failed,
     /// timed out or was dropped may still land).
-    applied: Option<Role>,
+    applied: Option<Shown>,
+    /// When the last write was confirmed: a change of the led set alone waits
+    /// [`LED_SPACING`] from there.
+    written_at: Option<Instant>,
     /// The role last read from the watch, to queue the Events of a change once.
     seen: Role,
     /// Delays between failed attempts.
@@ -47,6 +54,8 @@ struct Converge {
     finishing: bool,
     /// The elector's watch is closed; only a term's deadline can still change the role.
     elector_gone: bool,
+    /// The led set's watch is closed (or there is none).
+    led_gone: bool,
 }
 
 impl Converge {
@@ -54,35 +63,56 @@ impl Converge {
     fn new() -> Self {
         Converge {
             applied: None,
+            written_at: None,
             seen: Role::Follower,
             backoff: retry_backoff(),
             retry_at: None,
             failures: 0,
             finishing: false,
             elector_gone: false,
+            led_gone: false,
         }
     }
 
-    /// Whether the label still has to be changed to `role`, and the backoff allows it now.
-    fn attempt_due(&self, role: Role, now: Instant) -> bool {
-        self.applied != Some(role) && self.retry_at.is_none_or(|t| now >= t)
+    /// Whether the pod shows `wanted`.
+    fn shows(&self, wanted: &Wanted) -> bool {
+        self.applied.as_ref() == Some(&wanted.shown())
     }
 
-    /// The pending retry, if the label does not show `role` yet.
-    fn retry_for(&self, role: Role) -> Option<Instant> {
-        self.retry_at.filter(|_| self.applied != Some(role))
+    /// Whether the pod still has to be changed to `wanted`, and the backoff and the spacing of
+    /// led-set changes allow it now.
+    fn attempt_due(&self, wanted: &Wanted, now: Instant) -> bool {
+        !self.shows(wanted)
+            && self.retry_at.is_none_or(|t| now >= t)
+            && self.spaced_until(wanted).is_none_or(|t| now >= t)
     }
 
-    /// The label shows `role`: forget the failures.
-    fn succeeded(&mut self, role: Role) {
+    /// The pending retry, if the pod does not show `wanted` yet.
+    fn retry_for(&self, wanted: &Wanted) -> Option<Instant> {
+        self.retry_at.filter(|_| !self.shows(wanted))
+    }
+
+    /// When a change of the led set alone may be written: [`LED_SPACING`] after the last write.
+    /// `None` when nothing holds it back (the role changes, or the publisher is finishing).
+    fn spaced_until(&self, wanted: &Wanted) -> Option<Instant> {
+        let applied = self.applied.as_ref()?;
+        if self.finishing || applied.role != wanted.role || applied.led == wanted.led {
+            return None;
+        }
+        self.written_at.map(|t| t + LED_SPACING)
+    }
+
+    /// The pod shows `shown`: forget the failures.
+    fn succeeded(&mut self, shown: Shown) {
         if self.failures > 0 {
             tracing::info!(
                 failures = self.failures,
                 "pod label converged after failures"
             );
         }
-        tracing::debug!(?role, "pod label updated");
-        self.applied = Some(role);
+        tracing::debug!(role = ?shown.role, led = ?shown.led, "pod label updated");
+        self.applied = Some(shown);
+        self.written_at = Some(Instant::now());
         self.failures = 0;
         self.backoff.reset();
         self.retry_at = None;
@@ -114,11 +144,24 @@ impl Publisher {
         settings: Settings,
         metrics: Metrics,
         leadership: watch::Receiver<Leadership>,
+        led: Option<watch::Receiver<Led>>,
     ) -> Self {
         Publisher {
             settings,
             metrics,
             leadership,
+            led,
+        }
+    }
+
+    /// What is wanted at `now`: the role, and with several leases the led set.
+    fn wanted(&mut self, now: Instant) -> Wanted {
+        let wanted = Wanted::at(&self.leadership.borrow_and_update(), now);
+        match (&mut self.led, &self.settings.led_annotation) {
+            (Some(led), Some(annotation)) => {
+                wanted.with_led(&led.borrow_and_update(), annotation, now)
+            }
+            _ => wanted,
         }
     }
 
@@ -147,21 +190,21 @@ impl Publisher {
         let mut state = Converge::new();
         loop {
             let now = Instant::now();
-            let wanted = Wanted::at(&self.leadership.borrow_and_update(), now);
+            let wanted = self.wanted(now);
             if wanted.role != state.seen {
                 if let Some(events) = &mut events {
                     events.transition(state.seen, wanted.role);
                 }
                 state.seen = wanted.role;
             }
-            if state.attempt_due(wanted.role, now) {
-                self.attempt(&mut pods, &mut state, wanted).await;
+            if state.attempt_due(&wanted, now) {
+                self.attempt(&mut pods, &mut state, &wanted).await;
                 continue;
             }
-            if state.finishing && state.applied == Some(wanted.role) {
+            if state.finishing && state.shows(&wanted) {
                 break;
             }
-            self.wait(&mut state, wanted, &finish).await;
+            self.wait(&mut state, &wanted, &finish).await;
         }
         if let Some(events) = events {
             events.close().await;
@@ -185,38 +228,49 @@ impl Publisher {
         }
     }
 
-    /// One attempt to make the label show `wanted.role`.
-    async fn attempt(&mut self, pods: &mut Pods, state: &mut Converge, wanted: Wanted) {
+    /// One attempt to make the pod show `wanted`.
+    async fn attempt(&mut self, pods: &mut Pods, state: &mut Converge, wanted: &Wanted) {
         // Until this attempt succeeds the pod's state is unknown: a patch that failed, timed out
         // or was dropped may still land. So whatever is wanted next is applied again,
         // conditional on the version read before, and the server rejects whichever of the two
         // comes second if the first landed.
         state.applied = None;
-        // Drop the attempt as soon as it is for a state no longer wanted.
+        // Drop the attempt as soon as it is for a role no longer wanted. (A change of the led
+        // set alone is written after it.)
         let outcome = tokio::select! {
-            r = pods.apply(wanted.role) => Some(r),
+            r = pods.apply(wanted.role, wanted.led.as_deref()) => Some(r),
             _ = until_role_differs(&mut self.leadership, wanted) => None,
         };
         match outcome {
-            Some(Ok(())) => state.succeeded(wanted.role),
+            Some(Ok(())) => state.succeeded(wanted.shown()),
             Some(Err(e)) => state.failed(wanted.role, &e),
             // The wanted state changed mid-flight: re-evaluate at once.
             None => {}
         }
     }
 
-    /// Sleep until something may change what to do: the watch, the term's deadline, a due
-    /// retry, or `finish`.
-    async fn wait(&mut self, state: &mut Converge, wanted: Wanted, finish: &CancellationToken) {
+    /// Sleep until something may change what to do: the watches, the term's deadline, a led
+    /// lease's deadline, a due retry, the end of the spacing of led-set changes, or `finish`.
+    async fn wait(&mut self, state: &mut Converge, wanted: &Wanted, finish: &CancellationToken) {
         let now = Instant::now();
-        let retry = state.retry_for(wanted.role);
+        let retry = state.retry_for(wanted);
+        let spaced = state.spaced_until(wanted).filter(|_| !state.shows(wanted));
+        let led_changed = async {
+            match &mut self.led {
+                Some(led) => led.changed().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             r = self.leadership.changed(), if !state.elector_gone => {
                 // The elector has ended (shutdown): the last value stays as it was.
                 state.elector_gone = r.is_err();
             }
+            r = led_changed, if !state.led_gone => state.led_gone = r.is_err(),
             _ = sleep_until(wanted.deadline.unwrap_or(now)), if wanted.deadline.is_some() => {}
+            _ = sleep_until(wanted.led_until.unwrap_or(now)), if wanted.led_until.is_some() => {}
             _ = sleep_until(retry.unwrap_or(now)), if retry.is_some() => {}
+            _ = sleep_until(spaced.unwrap_or(now)), if spaced.is_some() => {}
             _ = finish.cancelled(), if !state.finishing => state.finish(),
         }
     }
@@ -224,7 +278,7 @@ impl Publisher {
 
 /// Resolves once the role at answer time differs from `wanted.role` (a change on the watch, or
 /// the term's deadline passing).
-async fn until_role_differs(rx: &mut watch::Receiver<Leadership>, wanted: Wanted) {
+async fn until_role_differs(rx: &mut watch::Receiver<Leadership>, wanted: &Wanted) {
     loop {
         tokio::select! {
             r = rx.changed() => {
@@ -254,6 +308,8 @@ mod tests {
         Wanted {
             role: Role::Leader { token },
             deadline,
+            led: None,
+            led_until: None,
         }
     }
 
@@ -266,7 +322,7 @@ mod tests {
         );
         // The deadline alone ends the wait, with no message from the elector.
         let t0 = Instant::now();
-        until_role_differs(&mut rx, leader(1, Some(deadline))).await;
+        until_role_differs(&mut rx, &leader(1, Some(deadline))).await;
         let waited = t0.elapsed();
         assert!(
             waited >= Duration::from_millis(190) && waited < Duration::from_secs(2),
@@ -280,7 +336,7 @@ mod tests {
         tx.send_modify(|s| *s = s.with(Some(term(2, 10)), Some("a".into())));
         let deadline = tx.borrow().term.map(|t| t.deadline);
         let waiter = tokio::spawn(async move {
-            until_role_differs(&mut rx, leader(2, deadline)).await;
+            until_role_differs(&mut rx, &leader(2, deadline)).await;
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         tx.send_modify(|s| *s = s.with(Some(term(2, 20)), Some("a".into())));
@@ -291,5 +347,35 @@ mod tests {
             .await
             .expect("a change of role ends the wait")
             .unwrap();
+    }
+
+    #[test]
+    fn a_change_of_the_led_set_alone_waits_for_the_spacing_and_a_change_of_role_does_not() {
+        let now = Instant::now();
+        let wanted = |role, led: Option<&str>| Wanted {
+            role,
+            deadline: None,
+            led: led.map(String::from),
+            led_until: None,
+        };
+        let lead = Role::Leader { token: 1 };
+        let mut state = Converge::new();
+        // Nothing applied yet: due at once.
+        assert!(state.attempt_due(&wanted(lead, Some("a")), now));
+        state.succeeded(wanted(lead, Some("a")).shown());
+        let at = state.written_at.unwrap();
+        // The same: nothing to do (a renewal writes nothing).
+        assert!(!state.attempt_due(&wanted(lead, Some("a")), at));
+        // The set alone changed: due LED_SPACING after the last write.
+        let more = wanted(lead, Some("a,b"));
+        assert_eq!(state.spaced_until(&more), Some(at + LED_SPACING));
+        assert!(!state.attempt_due(&more, at + LED_SPACING / 2));
+        assert!(state.attempt_due(&more, at + LED_SPACING));
+        // The role changed: due at once, with the set as it is then.
+        assert!(state.attempt_due(&wanted(Role::Follower, None), at));
+        assert!(state.attempt_due(&wanted(Role::Leader { token: 2 }, Some("b")), at));
+        // Finishing: no spacing either.
+        state.finish();
+        assert!(state.attempt_due(&more, at));
     }
 }

@@ -43,6 +43,17 @@ pub use converge::Publisher;
 pub const LEASE_LABEL: &str = "redlock-elector/lease";
 /// Annotation carrying the fencing token while leader (opt-in).
 pub const TOKEN_ANNOTATION: &str = "redlock-elector/fencing-token";
+/// With several leases (`lease.names`): the leases the pod leads, comma-separated, in config
+/// order; absent while it leads none. See [`crate::k8s::LedAnnotation`].
+pub const LEASES_ANNOTATION: &str = "redlock-elector/leases";
+/// With `lease.shards`: the indices of the shards the pod leads, comma-separated, ascending;
+/// absent while it leads none. See [`crate::k8s::LedAnnotation`].
+pub const SHARDS_ANNOTATION: &str = "redlock-elector/shards";
+/// A change of the led leases or shards alone (the role label unchanged) is written at most
+/// this often: while shards move (a replica starting or stopping, balancing) the set changes
+/// many times a second, and each write is a pod update every watcher of the pod receives. A
+/// change of the role label is written at once, with the set as it is then.
+pub const LED_SPACING: Duration = Duration::from_millis(500);
 /// Annotation with the time of the sidecar's last write to its own pod. It makes every such
 /// write a real change: the API server does not bump `resourceVersion` for a no-op patch, so
 /// without it a re-applied state could leave an earlier, still travelling patch valid.
@@ -73,28 +84,63 @@ pub enum Role {
 }
 
 /// The role wanted at one instant, and how long it stays wanted on its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wanted {
     /// The role the label should show.
     pub role: Role,
     /// The term's deadline while leader: the role ends there even if the elector says nothing.
     pub deadline: Option<Instant>,
+    /// With several leases: the value of the led-leases annotation ([`LEASES_ANNOTATION`] or
+    /// [`SHARDS_ANNOTATION`]); `None` = absent (none led, or one lease).
+    pub led: Option<String>,
+    /// The earliest deadline of the led leases: the set changes on its own then.
+    pub led_until: Option<Instant>,
 }
 
 impl Wanted {
     /// The role wanted at `now`, read from the published leadership at answer time.
     pub fn at(state: &Leadership, now: Instant) -> Wanted {
-        match state.at(now).term {
-            Some(t) => Wanted {
-                role: Role::Leader { token: t.token },
-                deadline: Some(t.deadline),
-            },
-            None => Wanted {
-                role: Role::Follower,
-                deadline: None,
-            },
+        let (role, deadline) = match state.at(now).term {
+            Some(t) => (Role::Leader { token: t.token }, Some(t.deadline)),
+            None => (Role::Follower, None),
+        };
+        Wanted {
+            role,
+            deadline,
+            led: None,
+            led_until: None,
         }
     }
+
+    /// With several leases: the led set at `now` too, as `annotation` writes it.
+    pub fn with_led(
+        mut self,
+        led: &crate::leadership::Led,
+        annotation: &crate::k8s::LedAnnotation,
+        now: Instant,
+    ) -> Wanted {
+        let (indices, until) = led.at(now);
+        self.led = annotation.value(&indices);
+        self.led_until = until;
+        self
+    }
+
+    /// What the pod shows once this is applied.
+    fn shown(&self) -> Shown {
+        Shown {
+            role: self.role,
+            led: self.led.clone(),
+        }
+    }
+}
+
+/// What the own pod shows, as far as the publisher writes it: the role label and the led set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shown {
+    /// The role label.
+    role: Role,
+    /// The led-leases annotation's value.
+    led: Option<String>,
 }
 
 #[cfg(test)]
@@ -112,6 +158,8 @@ mod tests {
             Wanted {
                 role: Role::Leader { token: 3 },
                 deadline: Some(deadline),
+                led: None,
+                led_until: None,
             }
         );
         assert_eq!(
@@ -119,7 +167,38 @@ mod tests {
             Wanted {
                 role: Role::Follower,
                 deadline: None,
+                led: None,
+                led_until: None,
             }
         );
+    }
+
+    #[test]
+    fn the_led_set_reads_each_deadline_at_answer_time() {
+        use crate::k8s::LedAnnotation;
+        use crate::leadership::Led;
+        let now = Instant::now();
+        let ms = |m| now + Duration::from_millis(m);
+        let led = Led {
+            leases: vec![(0, ms(50)), (2, ms(80))],
+        };
+        let names = LedAnnotation::Names(vec!["a".into(), "b".into(), "c".into()]);
+        let w = Wanted::at(&Leadership::default(), now).with_led(&led, &names, now);
+        assert_eq!((w.led.as_deref(), w.led_until), (Some("a,c"), Some(ms(50))));
+        let w = Wanted::at(&Leadership::default(), ms(50)).with_led(&led, &names, ms(50));
+        assert_eq!((w.led.as_deref(), w.led_until), (Some("c"), Some(ms(80))));
+        let w = Wanted::at(&Leadership::default(), ms(80)).with_led(&led, &names, ms(80));
+        assert_eq!((w.led, w.led_until), (None, None));
+        let shards = Led {
+            leases: (0..256).map(|i| (i, ms(50))).collect(),
+        };
+        let w =
+            Wanted::at(&Leadership::default(), now).with_led(&shards, &LedAnnotation::Shards, now);
+        let all = w.led.unwrap();
+        assert!(
+            all.starts_with("0,1,2,") && all.ends_with(",254,255"),
+            "{all}"
+        );
+        assert!(all.len() < 1024, "256 shards fit in {} bytes", all.len());
     }
 }

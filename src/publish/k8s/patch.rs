@@ -7,8 +7,15 @@ use crate::k8s::Settings;
 
 impl Settings {
     /// Merge patch for the own pod: lease label, role label, [`UPDATED_ANNOTATION`] = `now`
-    /// (RFC 3339), the token annotation, and the `resourceVersion` precondition if known.
-    pub fn own_patch(&self, role: Role, resource_version: Option<&str>, now: &str) -> Value {
+    /// (RFC 3339), the token annotation, with several leases the led-leases annotation (`led`;
+    /// `None` removes it), and the `resourceVersion` precondition if known.
+    pub fn own_patch(
+        &self,
+        role: Role,
+        led: Option<&str>,
+        resource_version: Option<&str>,
+        now: &str,
+    ) -> Value {
         let (value, token) = match role {
             Role::Leader { token } => (&self.label_leader, Some(token)),
             Role::Follower => (&self.label_follower, None),
@@ -19,6 +26,10 @@ impl Settings {
         });
         if self.token_annotation {
             meta["annotations"][TOKEN_ANNOTATION] = json!(token.map(|t| t.to_string()));
+        }
+        if let Some(annotation) = &self.led_annotation {
+            // JSON merge patch: null deletes the key.
+            meta["annotations"][annotation.key()] = json!(led);
         }
         with_precondition(meta, resource_version)
     }
@@ -67,6 +78,7 @@ mod tests {
             token_annotation,
             single_lease: true,
             apps: crate::k8s::Apps::Off,
+            led_annotation: None,
         }
     }
 
@@ -74,7 +86,7 @@ mod tests {
     fn patches() {
         let s = settings(false);
         assert_eq!(
-            s.own_patch(Role::Leader { token: 7 }, Some("42"), "T1"),
+            s.own_patch(Role::Leader { token: 7 }, None, Some("42"), "T1"),
             json!({"metadata": {
                 "labels": {"redlock-elector/lease": "my-app", "redlock-elector/role": "leader"},
                 "annotations": {"redlock-elector/role-updated-at": "T1"},
@@ -82,7 +94,7 @@ mod tests {
             }})
         );
         assert_eq!(
-            s.own_patch(Role::Follower, None, "T2"),
+            s.own_patch(Role::Follower, None, None, "T2"),
             json!({"metadata": {
                 "labels": {"redlock-elector/lease": "my-app", "redlock-elector/role": "follower"},
                 "annotations": {"redlock-elector/role-updated-at": "T2"},
@@ -101,9 +113,9 @@ mod tests {
     #[test]
     fn token_annotation_is_set_while_leader_and_removed_after() {
         let s = settings(true);
-        let lead = s.own_patch(Role::Leader { token: 7 }, None, "T");
+        let lead = s.own_patch(Role::Leader { token: 7 }, None, None, "T");
         assert_eq!(lead["metadata"]["annotations"][TOKEN_ANNOTATION], "7");
-        let follow = s.own_patch(Role::Follower, None, "T");
+        let follow = s.own_patch(Role::Follower, None, None, "T");
         // JSON merge patch: null deletes the key.
         assert!(follow["metadata"]["annotations"][TOKEN_ANNOTATION].is_null());
         assert!(
@@ -117,6 +129,48 @@ mod tests {
                 .as_object()
                 .unwrap()
                 .contains_key(TOKEN_ANNOTATION)
+        );
+    }
+
+    #[test]
+    fn the_led_annotation_is_written_with_several_leases_only() {
+        use crate::k8s::LedAnnotation;
+        // One lease: no such key at all, so single-lease pods look as they always did.
+        let one = settings(false).own_patch(Role::Leader { token: 7 }, Some("x"), None, "T");
+        let keys: Vec<&String> = one["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(keys, ["redlock-elector/role-updated-at"]);
+        let mut s = settings(false);
+        s.single_lease = false;
+        s.led_annotation = Some(LedAnnotation::Names(vec!["a".into(), "b".into()]));
+        let lead = s.own_patch(Role::Leader { token: 7 }, Some("a,b"), None, "T");
+        assert_eq!(
+            lead["metadata"]["annotations"]["redlock-elector/leases"],
+            "a,b"
+        );
+        let follow = s.own_patch(Role::Follower, None, None, "T");
+        let annotations = follow["metadata"]["annotations"].as_object().unwrap();
+        assert!(annotations["redlock-elector/leases"].is_null());
+        s.led_annotation = Some(LedAnnotation::Shards);
+        let lead = s.own_patch(Role::Leader { token: 7 }, Some("0,5"), None, "T");
+        assert_eq!(
+            lead["metadata"]["annotations"]["redlock-elector/shards"],
+            "0,5"
+        );
+        assert!(
+            !lead["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .contains_key("redlock-elector/leases")
+        );
+        // The demotion of another pod never touches it (several leases demote nobody anyway).
+        assert!(
+            s.demote_patch(None)["metadata"]
+                .get("annotations")
+                .is_none()
         );
     }
 }

@@ -48,8 +48,9 @@ impl Pods {
         }
     }
 
-    /// Make the API server show `role`: demote other leaders first if leading, then patch self.
-    pub(super) async fn apply(&mut self, role: Role) -> Result<(), CallError> {
+    /// Make the API server show `role` (and, with several leases, `led` in the led-leases
+    /// annotation): demote other leaders first if leading one lease, then patch self.
+    pub(super) async fn apply(&mut self, role: Role, led: Option<&str>) -> Result<(), CallError> {
         if let Role::Leader { token } = role
             && self.settings.single_lease
             && self.demoted_for != Some(token)
@@ -59,7 +60,7 @@ impl Pods {
         }
         let mut conflicts = 0;
         loop {
-            match self.patch_self(role).await {
+            match self.patch_self(role, led).await {
                 Err(CallError::Conflict(_)) if conflicts < CONFLICT_RETRIES => {
                     conflicts += 1;
                     self.resource_version = None;
@@ -69,14 +70,15 @@ impl Pods {
         }
     }
 
-    /// Patch the own pod to `role`, reading its version first if unknown.
-    async fn patch_self(&mut self, role: Role) -> Result<(), CallError> {
+    /// Patch the own pod to `role` and `led`, reading its version first if unknown.
+    async fn patch_self(&mut self, role: Role, led: Option<&str>) -> Result<(), CallError> {
         if self.resource_version.is_none() {
             let pod = call(&self.metrics, "get", self.api.get(&self.settings.pod)).await?;
             self.remember(&pod);
         }
         let body = self.settings.own_patch(
             role,
+            led,
             self.resource_version.as_deref(),
             &k8s_openapi::jiff::Timestamp::now().to_string(),
         );
