@@ -396,7 +396,7 @@ fn canonical_identifies_node_permutations() {
     );
     let start = sys.init_states().remove(0);
     let sent = sys
-        .next_state(&start, Action::StartAcquire(0))
+        .next_state(&start, Action::StartAcquire(0, 0))
         .expect("A starts");
     for fault in [
         |node| Action::Jump {
@@ -737,13 +737,13 @@ fn slow_reading_hazard_replayed() {
     use system::Action::*;
     let run = |blind: bool| {
         let sys = blind_hazard(all_but(|d| d.blind = blind));
-        let mut steps = vec![StartAcquire(0)];
+        let mut steps = vec![StartAcquire(0, 0)];
         steps.extend((0..3).map(|node| Apply { sidecar: 0, node }));
         steps.extend((0..3).map(|node| Deliver { sidecar: 0, node }));
         steps.extend([Tick, Tick]);
         steps.extend(two_forward_jumps());
         steps.extend([Tick; 5]);
-        steps.push(StartAcquire(1));
+        steps.push(StartAcquire(1, 0));
         // The acquire round, then the renewal that confirms a token above B's proposal.
         for _ in 0..2 {
             steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
@@ -814,7 +814,7 @@ fn fresh_follower_vouch_hazard_replayed() {
     use system::Action::*;
     let run = |check: bool| {
         let sys = vouch_hazard_until(2, all_but(|d| d.attestation = check), 2);
-        let mut steps = vec![StartAcquire(0)];
+        let mut steps = vec![StartAcquire(0, 0)];
         steps.extend((0..3).map(|node| Apply { sidecar: 0, node }));
         steps.extend((0..2).map(|node| Deliver { sidecar: 0, node }));
         steps.extend(two_forward_jumps());
@@ -824,7 +824,7 @@ fn fresh_follower_vouch_hazard_replayed() {
             steps.push(Vouch { sidecar: 0, node });
             steps.push(Check { sidecar: 1, node });
         }
-        steps.push(StartAcquire(1));
+        steps.push(StartAcquire(1, 0));
         // The acquire round, its hold (a tick), then the renewal that confirms a token above
         // B's proposal.
         steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
@@ -903,19 +903,23 @@ fn fresh_successor_hazard_replayed() {
         };
         // A wins at 0 and leads from 1 (its hold), hands over to B (not running yet), wins the
         // lease back at 2 and leads from 3; the jumps at 2; B starts at 3, wins, leads from 4.
-        let mut steps = vec![StartAcquire(0)];
+        let mut steps = vec![StartAcquire(0, 0)];
         steps.extend(apply(0));
         steps.extend(deliver(0, &[0, 1]));
         steps.push(Tick);
-        steps.push(Handover { from: 0, to: 1 });
+        steps.push(Handover {
+            from: 0,
+            to: 1,
+            lease: 0,
+        });
         steps.extend(apply(0));
         steps.push(Tick);
-        steps.push(StartAcquire(0));
+        steps.push(StartAcquire(0, 0));
         steps.extend(apply(0));
         steps.extend(deliver(0, &[0, 1]));
         steps.extend(two_forward_jumps());
         steps.push(Tick);
-        steps.push(StartAcquire(1));
+        steps.push(StartAcquire(1, 0));
         steps.extend(apply(1));
         steps.extend(deliver(1, &[0, 1, 2]));
         steps.push(Tick);
