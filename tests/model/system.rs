@@ -200,6 +200,14 @@ pub struct System {
     /// the clock watches, the restart quarantine and the attestations ([`Link`], [`Redis`]'s
     /// `attest`) are the process's, shared by every lease. 1 by default (the single-lease model).
     pub leases: usize,
+    /// If set, per sidecar and lease the units `[from, until)` in which it may start a round
+    /// of that lease (a phased scenario, with fewer interleavings to explore). The renewal a
+    /// won acquisition needs to confirm its token is not a start: it goes out anyway.
+    pub starts: Option<Vec<Vec<(u8, u8)>>>,
+    /// Prompt links: a command runs, and its reply is read (or lost), within the unit it was
+    /// sent in (replies to a paused sidecar still wait for it), so no reply's reading spans a
+    /// tick. Fewer interleavings (the two-lease checks); off by default.
+    pub prompt: bool,
 }
 
 /// The value a sidecar stores in the key: (sidecar, nonce), the nonce new for every round.
@@ -620,6 +628,8 @@ impl System {
             requesters: None,
             successor: None,
             leases: 1,
+            starts: None,
+            prompt: false,
         }
     }
 
@@ -1609,6 +1619,7 @@ impl System {
                     .chain(l.orphans.iter())
                     .all(|(at, _)| *at >= s.now)
                     && (c.paused || l.replies.iter().all(|(at, _)| *at >= s.now))
+                    && (!self.prompt || (l.reqs.is_empty() && (c.paused || l.replies.is_empty())))
             });
             let round_ok = c.paused
                 || c.leases.iter().all(|e| {
@@ -1897,7 +1908,11 @@ impl Model for System {
                     && e.holding.is_none()
                     && e.last_start != Some(s.now)
                     && e.rounds < self.max_rounds
-                    && (k == 0 || s.now >= self.a_first_until);
+                    && (k == 0 || s.now >= self.a_first_until)
+                    && self
+                        .starts
+                        .as_ref()
+                        .is_none_or(|w| w[k][j].0 <= s.now && s.now < w[k][j].1);
                 let leading = e.elector.term().is_some();
                 if leading && self.past_deadline(s, k, j) {
                     actions.push(Action::StepDown(k8, j8));
