@@ -1168,3 +1168,56 @@ model_test! {
         }
     }
 }
+
+/// The clock watch is the process's (issue 37), replayed: A leads lease 0; two nodes' clocks
+/// step forward 12 units; B tries lease 1 first, and its lease-1 replies from the stepped
+/// nodes reveal the steps. With the clock check on, that quarantines the two nodes for lease
+/// 0 too before B sends anything on lease 0, and B's lease-0 attempt cannot win; off, B leads
+/// lease 0 beside A.
+#[test]
+fn two_leases_one_watch_replayed() {
+    use system::Action::*;
+    let run = |clock_check: bool| {
+        let sys = two_leases_jump(all_but(|d| d.clock_check = clock_check));
+        let round = |k: u8| -> Vec<system::Action> {
+            let mut steps: Vec<_> = (0..3).map(|node| Apply { sidecar: k, node }).collect();
+            steps.extend((0..3).map(|node| Deliver { sidecar: k, node }));
+            steps
+        };
+        let mut steps = vec![StartAcquire(0, 0)];
+        steps.extend(round(0));
+        steps.extend(two_forward_jumps());
+        steps.push(Tick);
+        steps.push(StartAcquire(1, 1));
+        steps.extend(round(1));
+        let skip = |a: &system::Action| matches!(a, Apply { .. } | Deliver { .. });
+        let (after_lease_1, _) = replay(&sys, steps.clone(), skip);
+        // B's lease-0 attempt, then the renewal that confirms a token above its proposal.
+        steps.push(StartAcquire(1, 0));
+        steps.extend(round(1));
+        steps.extend(round(1));
+        let (s, trace) = replay(&sys, steps, skip);
+        (
+            sys.counting(&after_lease_1, 1),
+            sys.leaders_of(&s, 0),
+            trace,
+        )
+    };
+    let (_, leaders, trace) = run(false);
+    assert_eq!(
+        leaders,
+        vec![0, 1],
+        "clock check off: two leaders of lease 0 at the end:\n{trace}"
+    );
+    eprintln!("[model] two leases, clock check off, replayed:\n{trace}");
+    let (counting, leaders, trace) = run(true);
+    assert_eq!(
+        counting, 1,
+        "clock check on: after B's lease-1 replies, the stepped nodes count for no lease:\n{trace}"
+    );
+    assert_eq!(
+        leaders,
+        vec![0],
+        "clock check on: only A leads lease 0:\n{trace}"
+    );
+}
