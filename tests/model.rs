@@ -1221,3 +1221,27 @@ fn two_leases_one_watch_replayed() {
         "clock check on: only A leads lease 0:\n{trace}"
     );
 }
+
+model_test! {
+    /// Two leases on one connection per node (issue 37): the reconnect hazard's bound
+    /// ([`reconnect_hazard`]: A alone acts, an acquire and a renewal per lease, graceful
+    /// handovers, one reconnect of a live A) with two leases and prompt links. A reconnect moves
+    /// the commands of both leases still queued on the replaced connection to its stale queue,
+    /// and each lease's term log must see the taint of the shared connection's new generation.
+    /// With the taint off, a handover writes a release proof on a node where one of the term's
+    /// commands can still arrive; with it on, it never does.
+    fn two_leases_reconnect_needs_the_taint() {
+        let sys = |d: Defences| System {
+            leases: 2,
+            prompt: true,
+            ..reconnect_hazard(d)
+        };
+        let off = sys(all_but(|d| d.reconnect_taint = false));
+        let trace = check("two leases, reconnect, taint off", off, true)
+            .expect("two leases: no false release proof found with the reconnect taint off");
+        assert!(trace.contains("replaces its connection"), "{trace}");
+        if let Some(trace) = check("two leases, reconnect, taint on", sys(Defences::ALL), false) {
+            panic!("two leases, reconnect: violation with every defence on:\n{trace}");
+        }
+    }
+}

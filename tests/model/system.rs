@@ -2429,9 +2429,12 @@ impl System {
                 self.of_lease(j)
             ),
             Action::Handover { from, to, lease } => format!(
-                "{} hands over{} gracefully: steps down, releases naming {}",
+                "{} hands {}over gracefully: steps down, releases naming {}",
                 n(from),
-                self.of_lease(lease),
+                match self.leases > 1 {
+                    true => format!("lease {lease} "),
+                    false => String::new(),
+                },
                 n(to)
             ),
             Action::Request { sidecar, node } => format!(
