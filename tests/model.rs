@@ -90,6 +90,11 @@
 //!   guards RENEW against healing over a reservation.
 //! - **Start**: every sidecar not fresh has read every node's clock every 4 units for 16 units,
 //!   nodes have been up for 100 units; no key, epoch 0. A crashed sidecar restarts fresh.
+//! - **Leases** (issue 37, `System.leases`, 1 but in the two-lease checks): per lease the keys
+//!   and epoch on every node, and per sidecar the elector, rounds, term log and S1/S2; per
+//!   sidecar the connections, clock watches and restart quarantine, and per node the
+//!   attestations, shared by every lease (`NodeSet`). The two-lease checks are phased
+//!   (`System.starts`) and run on prompt links (`System.prompt`) to stay small.
 //!
 //! ## Bounds and searches
 //! Per test below; `docs/model.md` has the numbers (states, depth, time). With the blind band
