@@ -1250,3 +1250,75 @@ model_test! {
         }
     }
 }
+
+/// FINDING (issue 37, found by this replay 2026-11-27): **a release proof of one lease makes a
+/// node count for every lease of the process**, and that breaks S1 with every defence on.
+/// `Watch::prove` marks the node's watch, and the watch is the process's (`NodeSet`): a fresh
+/// sidecar that took lease 0 on A's release proof then counts the node for lease 1 too. The
+/// proof says that no live holder of *lease 0's* key is left on the node; A still holds lease
+/// 1 there, and a step of the node's clock that B's young watch cannot have seen (it happened
+/// before B's first reading) cuts A's lease-1 key short.
+///
+/// A leads lease 1 from unit 1 (deadline 7.197) and wins lease 0 at 3; right after A read
+/// their replies, nodes 0 and 1 step forward 6 units (A's next reading of them is due at 7).
+/// B, a fresh process, starts at 4; A hands lease 0 to B with release proofs (it counts every
+/// node: it has not seen the step), B's grants consume them. At 5 A's lease-1 keys on nodes 0
+/// and 1 are gone (wall 11 > 10); B's lease-1 attempt wins them, counted through lease 0's
+/// proofs (its own watch is one unit old, the window is 12), and at 6 B leads lease 1 beside
+/// A. A fix, for the lead to decide: keep the proof per lease (a proved node counts at once
+/// only for the lease whose reservation the grant consumed). This test pins the finding (it
+/// asserts the overlap); flip it when the proof is per lease, in the binary and the model.
+#[test]
+fn finding_a_release_proof_counts_for_every_lease() {
+    use system::Action::*;
+    let mut sys = System::new(6, faults(2, |f| f.jump_forward = true), Defences::ALL);
+    sys.leases = 2;
+    sys.handovers = true;
+    sys.fresh = vec![false, true];
+    sys.connect_at = vec![0, 4];
+    sys.jump_units = 6;
+    sys.max_rounds = 2;
+    sys.successor = Some(1);
+    let round = |k: u8| -> Vec<system::Action> {
+        let mut steps: Vec<_> = (0..3).map(|node| Apply { sidecar: k, node }).collect();
+        steps.extend((0..3).map(|node| Deliver { sidecar: k, node }));
+        steps
+    };
+    // A: lease 1 at 0, lease 0 at 3; the steps; A hands lease 0 to B at 4.
+    let mut steps = vec![StartAcquire(0, 1)];
+    steps.extend(round(0));
+    steps.extend([Tick, Tick, Tick]);
+    steps.push(StartAcquire(0, 0));
+    steps.extend(round(0));
+    steps.extend(two_forward_jumps());
+    steps.push(Tick);
+    steps.push(Handover {
+        from: 0,
+        to: 1,
+        lease: 0,
+    });
+    steps.extend((0..3).map(|node| Apply { sidecar: 0, node }));
+    // B: lease 0 on the proofs (the acquire, then the renewal that confirms its token).
+    steps.push(StartAcquire(1, 0));
+    steps.extend(round(1));
+    steps.extend(round(1));
+    let skip = |a: &system::Action| matches!(a, Apply { .. } | Deliver { .. });
+    let (before, _) = replay(&sys, steps.clone(), skip);
+    // B, a fresh process since unit 4, counts the two stepped nodes, through lease 0's proofs.
+    assert_eq!(sys.counting(&before, 1), 2, "{}", sys.describe(&before));
+    // B: lease 1 at 5, held back by its band to 6, then the renewal that confirms its token.
+    steps.push(Tick);
+    steps.push(StartAcquire(1, 1));
+    steps.extend(round(1));
+    steps.push(Tick);
+    steps.extend(round(1));
+    let (s, trace) = replay(&sys, steps, skip);
+    eprintln!("[model] a release proof counts for every lease, every defence on:\n{trace}");
+    assert_eq!(
+        sys.leaders_of(&s, 1),
+        vec![0, 1],
+        "the finding: A and B both lead lease 1 at unit 6, every defence on:\n{trace}"
+    );
+    assert_eq!(sys.leaders_of(&s, 0), vec![1], "{trace}");
+    assert_eq!(s.now, 6);
+}
