@@ -1347,7 +1347,7 @@ fn proof_crossing(defences: Defences) -> System {
 /// generated, 12 s and 43 s; traces of 50 and 47 steps). Seeded random walks did not meet it
 /// within 20 M states. Not in CI (the replay pins the finding there); flip it with the replay.
 #[test]
-#[ignore = "the finding's search, about 12 s: cargo test --release --test model finding -- --ignored"]
+#[ignore = "the finding's search, 12-45 s: cargo test --release --test model finding_a_release -- --ignored"]
 fn finding_a_release_proof_counts_for_every_lease_searched() {
     let trace = check_with(
         "a release proof counts for every lease, every defence on",
