@@ -195,18 +195,41 @@ pub struct System {
     pub requesters: Option<Vec<bool>>,
     /// If set, a graceful handover names only this sidecar.
     pub successor: Option<u8>,
+    /// Leases each sidecar holds (issue 37): each has its own key and epoch on every node, and
+    /// per sidecar its own elector, rounds, term log and S1/S2 bookkeeping; the connections,
+    /// the clock watches, the restart quarantine and the attestations ([`Link`], [`Redis`]'s
+    /// `attest`) are the process's, shared by every lease. 1 by default (the single-lease model).
+    pub leases: usize,
+    /// If set, per sidecar and lease the units `[from, until)` in which it may start a round
+    /// of that lease (a phased scenario, with fewer interleavings to explore). The renewal a
+    /// won acquisition needs to confirm its token is not a start: it goes out anyway.
+    pub starts: Option<Vec<Vec<(u8, u8)>>>,
+    /// Prompt links: a command runs, and its reply is read (or lost), within the unit it was
+    /// sent in (replies to a paused sidecar still wait for it), so no reply's reading spans a
+    /// tick. Fewer interleavings (the two-lease checks); off by default.
+    pub prompt: bool,
 }
 
 /// The value a sidecar stores in the key: (sidecar, nonce), the nonce new for every round.
 pub type Val = (u8, u16);
 
-/// One Redis node (the server, not the host: its clock offset survives a restart).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Redis {
+/// One lease's keys on one node: the lock key, the epoch key and the reservation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Slot {
     /// The lock key: value and absolute expiry on this node's wall clock (µs).
     pub key: Option<(Val, i64)>,
     /// The fencing epoch key.
     pub epoch: u64,
+    /// The reservation a graceful release wrote: (successor, with the proof, expiry on this
+    /// node's wall clock µs).
+    pub reserved: Option<(u8, bool, i64)>,
+}
+
+/// One Redis node (the server, not the host: its clock offset survives a restart).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Redis {
+    /// Per lease, its keys ([`System::leases`]).
+    pub slots: Vec<Slot>,
     /// Which server: the number of restarts of this node, its `run_id` `r<run>`. A sidecar only
     /// ever compares a node's run_id with the same node's earlier one, so run_ids need only be
     /// unique per node; unique across nodes they would break the nodes' symmetry.
@@ -215,20 +238,20 @@ pub struct Redis {
     pub started_us: i64,
     /// How far this node's wall clock is from `WALL0 + real time` (jumps), µs.
     pub offset_us: i64,
-    /// The reservation a graceful release wrote: (successor, with the proof, expiry on this
-    /// node's wall clock µs).
-    pub reserved: Option<(u8, bool, i64)>,
     /// The attestation hash (`ATTEST`): (sidecar, its watch's epoch, vouched), sorted. Entries
     /// live until the node restarts (the binary's expire after a window; keeping them longer
     /// only gives the adversary more).
     pub attest: Vec<(u8, u32, bool)>,
 }
 
-/// A command on the wire, as the scripts in `src/redlock/scripts.rs` receive it.
+/// A command on the wire, as the scripts in `src/redlock/scripts.rs` receive it. `lease`
+/// names the lease whose keys it works on: every lease of a process sends on the same
+/// connection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Req {
     /// ACQUIRE: `SET NX PX` + set-if-greater epoch (`probe` takes no key).
     Acquire {
+        lease: u8,
         round: u16,
         value: Val,
         proposed: u64,
@@ -240,6 +263,7 @@ pub enum Req {
     /// `guarded`: KEYS[3] is the reservation key, so a missing key is not healed while a
     /// reservation exists (3); false under the test-only switch (a key that never exists).
     Renew {
+        lease: u8,
         round: u16,
         value: Val,
         token: u64,
@@ -253,6 +277,7 @@ pub enum Req {
     /// RELEASE: token-checked delete (its reply is not modelled); a graceful one reserves the
     /// key for the successor, with the proof if the releaser marked this node.
     Release {
+        lease: u8,
         value: Val,
         successor: Option<(u8, bool)>,
     },
@@ -272,7 +297,8 @@ pub enum Answer {
 /// A reply in flight.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Reply {
-    /// The round it answers.
+    /// The lease and the round it answers.
+    pub lease: u8,
     pub round: u16,
     /// A renewal's value, sequence number and T1 ([`Req::Renew`]): a straggler is still read.
     pub renew: Option<(Val, u64, i64)>,
@@ -360,17 +386,26 @@ pub struct Round {
     pub hold_us: i64,
 }
 
-/// One sidecar process (and its host's monotonic clock).
+/// One sidecar process (and its host's monotonic clock): what its leases share.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Sidecar {
     pub rate: Rate,
     pub paused: bool,
-    /// Nonces and round ids; survives a crash (it only has to be unique).
+    /// The node connections, their clock watches, restart quarantine and attestations: one set
+    /// per process, shared by every lease (`NodeSet`). Shared between states until written
+    /// (`Arc::make_mut`): a state is cloned per transition.
+    pub links: Vec<Arc<Link>>,
+    /// Per lease ([`System::leases`]), what `Redlock::on` keeps for it and its elector.
+    pub leases: Vec<Elect>,
+}
+
+/// One lease of one sidecar (`Redlock::on` and the elector of that lease).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Elect {
+    /// Nonces and round ids; survives a crash (it only has to be unique per lease).
     pub seq: u16,
     /// `Redlock.epoch_seen`.
     pub epoch_seen: u64,
-    /// Shared until written (`Arc::make_mut`): a state is cloned per transition.
-    pub links: Vec<Arc<Link>>,
     /// The binary's elector ([`Machine`]): every decision above the rounds.
     pub elector: Machine,
     /// A round the elector asked for that has not gone out yet (an attempt after a notice that
@@ -385,7 +420,7 @@ pub struct Sidecar {
     pub round: Option<Round>,
     /// Real time of the last round started (at most one start per unit).
     pub last_start: Option<u8>,
-    /// Rounds this sidecar started (the bound `System.max_rounds`; survives a crash).
+    /// Rounds started for this lease (the bound `System.max_rounds`; survives a crash).
     pub rounds: u8,
     /// `Redlock.term_log`: the lock commands of the current value per node.
     pub log: TermLog,
@@ -394,6 +429,15 @@ pub struct Sidecar {
     /// local µs the sleep ends at. The first step at or after it (a tick, a resume) hands the
     /// result on.
     pub holding: Option<(Lease, u64, i64)>,
+}
+
+/// S2's bookkeeping, per lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Fence {
+    /// Highest token of any term of the lease published so far.
+    pub max_token: u64,
+    /// Whether a term of the lease ever failed to exceed it.
+    pub s2_broken: bool,
 }
 
 /// A state of the whole system.
@@ -405,16 +449,16 @@ pub struct State {
     pub faults: u8,
     pub redis: Vec<Redis>,
     pub sidecars: Vec<Sidecar>,
-    /// Highest token of any term published so far, and whether a term ever failed to exceed it.
-    pub max_token: u64,
-    pub s2_broken: bool,
+    /// Per lease: the highest token published so far, and whether a term ever failed to
+    /// exceed it.
+    pub fences: Vec<Fence>,
     /// A release proof was written on a node while a lock command of the releaser's term could
     /// still arrive there (on a connection it replaced): the invariant the proof rests on
     /// (`src/redlock/proof.rs`), broken.
     pub false_proof: bool,
-    /// Within one step only: the successor a release just notified (`run_script` sets it, the
-    /// step hands it to that sidecar's elector).
-    pub notified: Option<u8>,
+    /// Within one step only: the successor a release just notified, and the lease (`run_script`
+    /// sets it, the step hands it to that sidecar's elector of that lease).
+    pub notified: Option<(u8, u8)>,
 }
 
 /// Integer µs with `+ Duration`, the time type `node::classify_at` runs on here.
@@ -454,8 +498,9 @@ pub enum Action {
         sidecar: u8,
         node: u8,
     },
-    StartAcquire(u8),
-    StartRenew(u8),
+    /// Sidecar `.0` starts a round of lease `.1`.
+    StartAcquire(u8, u8),
+    StartRenew(u8, u8),
     /// The node runs the next command of this sidecar's connection.
     Apply {
         sidecar: u8,
@@ -476,15 +521,17 @@ pub enum Action {
         sidecar: u8,
         node: u8,
     },
-    /// The round gives up on the nodes that have not answered.
-    Timeout(u8),
-    /// A leader hands over gracefully to the other sidecar: steps down, releases naming it.
+    /// Sidecar `.0`'s round of lease `.1` gives up on the nodes that have not answered.
+    Timeout(u8, u8),
+    /// A leader of `lease` hands over gracefully to the other sidecar: steps down, releases
+    /// naming it.
     Handover {
         from: u8,
         to: u8,
+        lease: u8,
     },
-    /// A resumed leader's deadline timer fires.
-    StepDown(u8),
+    /// A resumed leader's deadline timer fires (sidecar, lease).
+    StepDown(u8, u8),
     /// `ATTEST request`: a sidecar whose watch of the node does not count yet asks for a vouch
     /// (a clock reading, like every script reply).
     Request {
@@ -580,6 +627,9 @@ impl System {
             attestations: false,
             requesters: None,
             successor: None,
+            leases: 1,
+            starts: None,
+            prompt: false,
         }
     }
 
@@ -619,11 +669,13 @@ impl System {
     /// clock passes its expiry (`now > when`).
     fn expire(s: &mut State, i: usize) {
         let wall = Self::wall(s, i);
-        if s.redis[i].key.is_some_and(|(_, exp)| wall > exp) {
-            s.redis[i].key = None;
-        }
-        if s.redis[i].reserved.is_some_and(|(_, _, exp)| wall > exp) {
-            s.redis[i].reserved = None;
+        for slot in &mut s.redis[i].slots {
+            if slot.key.is_some_and(|(_, exp)| wall > exp) {
+                slot.key = None;
+            }
+            if slot.reserved.is_some_and(|(_, _, exp)| wall > exp) {
+                slot.reserved = None;
+            }
         }
     }
 
@@ -696,32 +748,32 @@ impl System {
 
     /// The end of a hold (`tokio::time::sleep(blind.hold)` in `acquire_inner`): once sidecar
     /// `k`'s clock reached it, `won` runs, as after a decision without a hold.
-    fn end_hold(&self, s: &mut State, k: usize) {
-        let Some((lease, proposed, until_us)) = s.sidecars[k].holding else {
+    fn end_hold(&self, s: &mut State, k: usize, j: usize) {
+        let Some((lease, proposed, until_us)) = s.sidecars[k].leases[j].holding else {
             return;
         };
         if self.clock(s, k) < until_us {
             return;
         }
-        s.sidecars[k].holding = None;
+        s.sidecars[k].leases[j].holding = None;
         // After the sleep `acquire_inner` checks the validity again (`t1.elapsed()` against
         // `drift + lead`, i.e. the deadline): a hold outlasted by a pause is released and lost.
         if self.clock(s, k) >= lease.deadline_us {
-            Self::release(s, k, lease.value);
-            self.attempted(s, k, None);
+            Self::release(s, k, j, lease.value);
+            self.attempted(s, k, j, None);
             return;
         }
-        self.won(s, k, lease, proposed);
+        self.won(s, k, j, lease, proposed);
     }
 
     /// `Redlock::won`: the token is the proposal (on a quorum already), or the first renewal
     /// writes it.
-    fn won(&self, s: &mut State, k: usize, lease: Lease, proposed: u64) {
+    fn won(&self, s: &mut State, k: usize, j: usize, lease: Lease, proposed: u64) {
         if lease.token == proposed {
-            self.attempted(s, k, Some(lease));
+            self.attempted(s, k, j, Some(lease));
         } else {
-            s.sidecars[k].confirming = Some(lease);
-            self.start_renew(s, k, lease);
+            s.sidecars[k].leases[j].confirming = Some(lease);
+            self.start_renew(s, k, j, lease);
         }
     }
 
@@ -812,9 +864,9 @@ impl System {
         }
     }
 
-    fn believes(&self, s: &State, k: usize) -> bool {
+    fn believes(&self, s: &State, k: usize, j: usize) -> bool {
         let c = &s.sidecars[k];
-        let Some(term) = c.elector.term() else {
+        let Some(term) = c.leases[j].elector.term() else {
             return false;
         };
         if c.paused {
@@ -837,19 +889,30 @@ impl System {
             .count()
     }
 
-    /// Sidecars answering `is_leader: true` right now.
+    /// Sidecars answering `is_leader: true` for the first lease right now.
     pub fn leaders(&self, s: &State) -> Vec<usize> {
+        self.leaders_of(s, 0)
+    }
+
+    /// Sidecars answering `is_leader: true` for lease `j` right now.
+    pub fn leaders_of(&self, s: &State, j: usize) -> Vec<usize> {
         (0..self.sidecars)
-            .filter(|&k| self.believes(s, k))
+            .filter(|&k| self.believes(s, k, j))
             .collect()
     }
 
-    /// S2's bookkeeping when a new term is published.
-    fn new_term(s: &mut State, token: u64) {
-        if token <= s.max_token {
-            s.s2_broken = true;
+    /// The first lease two sidecars answer `is_leader: true` for right now (S1 broken).
+    pub fn overlap(&self, s: &State) -> Option<usize> {
+        (0..self.leases).find(|&j| self.leaders_of(s, j).len() > 1)
+    }
+
+    /// S2's bookkeeping when a new term of lease `j` is published.
+    fn new_term(s: &mut State, j: usize, token: u64) {
+        let f = &mut s.fences[j];
+        if token <= f.max_token {
+            f.s2_broken = true;
         }
-        s.max_token = s.max_token.max(token);
+        f.max_token = f.max_token.max(token);
     }
 
     /// The binary's elector as the model runs it, started at local µs `now_us`. Its timers are
@@ -885,17 +948,43 @@ impl System {
         )
     }
 
-    /// Hand sidecar `k`'s elector one event at its clock, and run what it asks for: rounds go
+    /// A lease of sidecar `k` as a fresh process holds it at local µs `now_us`: no round, no
+    /// term, an empty log; `seq` and `rounds` 0 (a crash keeps the old ones).
+    fn elect(&self, k: usize, now_us: i64) -> Elect {
+        Elect {
+            seq: 0,
+            epoch_seen: 0,
+            elector: self.machine(k, now_us),
+            pending: None,
+            notice: false,
+            confirming: None,
+            round: None,
+            last_start: None,
+            rounds: 0,
+            log: TermLog::default(),
+            holding: None,
+        }
+    }
+
+    /// Hand sidecar `k`'s elector of lease `j` one event at its clock, and run what it asks for: rounds go
     /// out now if `start` (the step is a round start), else wait in `pending`; a watch is
     /// answered "free" at once (the model has no watch round: the follower attempts instead);
     /// a successor read shows `to` ready; a release runs as `Redlock::release` does.
-    fn feed(&self, s: &mut State, k: usize, event: Event, to: Option<u8>) {
-        self.feed_with(s, k, event, to, false);
+    fn feed(&self, s: &mut State, k: usize, j: usize, event: Event, to: Option<u8>) {
+        self.feed_with(s, k, j, event, to, false);
     }
 
-    fn feed_with(&self, s: &mut State, k: usize, event: Event, to: Option<u8>, start: bool) {
+    fn feed_with(
+        &self,
+        s: &mut State,
+        k: usize,
+        j: usize,
+        event: Event,
+        to: Option<u8>,
+        start: bool,
+    ) {
         let now_us = self.clock(s, k);
-        let before = s.sidecars[k].elector.term().map(|t| t.token);
+        let before = s.sidecars[k].leases[j].elector.term().map(|t| t.token);
         let nodes = Nodes {
             wait: QuorumWait::default(),
             counts_at: None,
@@ -911,14 +1000,14 @@ impl System {
                 stalled: false,
                 rng: &mut Low,
             };
-            s.sidecars[k].elector.handle(&mut cx, event);
-            while let Some(command) = s.sidecars[k].elector.poll_command() {
+            s.sidecars[k].leases[j].elector.handle(&mut cx, event);
+            while let Some(command) = s.sidecars[k].leases[j].elector.poll_command() {
                 match command {
                     Command::Attempt { .. } | Command::Renew { .. } if start => {
-                        self.send(s, k, command)
+                        self.send(s, k, j, command)
                     }
                     Command::Attempt { .. } | Command::Renew { .. } => {
-                        s.sidecars[k].pending = Some(command)
+                        s.sidecars[k].leases[j].pending = Some(command)
                     }
                     Command::Watch { .. } => events.push_back(Event::Watched {
                         held: None,
@@ -941,81 +1030,82 @@ impl System {
                             deadline_us: local_us(lease.deadline),
                         };
                         match successor {
-                            Some(to) => self.handover(s, k, model, index(&to)),
+                            Some(to) => self.handover(s, k, j, model, index(&to)),
                             None => {
-                                s.sidecars[k].round = None;
-                                Self::release(s, k, value);
+                                s.sidecars[k].leases[j].round = None;
+                                Self::release(s, k, j, value);
                             }
                         }
                         events.push_back(Event::Released);
                     }
                     Command::PublishEnd(_) => {
                         // A term's end makes a renewal not yet sent moot.
-                        if matches!(s.sidecars[k].pending, Some(Command::Renew { .. })) {
-                            s.sidecars[k].pending = None;
+                        let e = &mut s.sidecars[k].leases[j];
+                        if matches!(e.pending, Some(Command::Renew { .. })) {
+                            e.pending = None;
                         }
                     }
                     _ => {}
                 }
             }
         }
-        if let Some(term) = s.sidecars[k].elector.term()
+        if let Some(term) = s.sidecars[k].leases[j].elector.term()
             && Some(term.token) != before
         {
-            Self::new_term(s, term.token);
+            Self::new_term(s, j, term.token);
         }
     }
 
     /// Send a round the elector asked for.
-    fn send(&self, s: &mut State, k: usize, command: Command) {
+    fn send(&self, s: &mut State, k: usize, j: usize, command: Command) {
         match command {
-            Command::Attempt { named, .. } => self.start_acquire(s, k, named),
+            Command::Attempt { named, .. } => self.start_acquire(s, k, j, named),
             Command::Renew { lease, .. } => {
                 let model = Lease {
                     value: parse_val(&lease.value),
                     token: lease.token,
                     deadline_us: local_us(lease.deadline),
                 };
-                self.start_renew(s, k, model)
+                self.start_renew(s, k, j, model)
             }
             _ => {}
         }
     }
 
     /// A round start: the one the elector asked for, or whatever its timer asks for now.
-    fn start(&self, s: &mut State, k: usize) {
-        match s.sidecars[k].pending.take() {
-            Some(command) => self.send(s, k, command),
-            None => self.feed_with(s, k, Event::Timer, None, true),
+    fn start(&self, s: &mut State, k: usize, j: usize) {
+        match s.sidecars[k].leases[j].pending.take() {
+            Some(command) => self.send(s, k, j, command),
+            None => self.feed_with(s, k, j, Event::Timer, None, true),
         }
     }
 
-    /// A release notice naming sidecar `k` reached it: its elector takes it now if it is
-    /// waiting, else when its round is back.
-    fn notify(&self, s: &mut State, k: usize) {
-        if !s.sidecars[k].elector.waiting() {
-            s.sidecars[k].notice = true;
+    /// A release notice of lease `j` naming sidecar `k` reached it: its elector of that lease
+    /// takes it now if it is waiting, else when its round is back.
+    fn notify(&self, s: &mut State, k: usize, j: usize) {
+        if !s.sidecars[k].leases[j].elector.waiting() {
+            s.sidecars[k].leases[j].notice = true;
             return;
         }
         let event = Event::Notice {
             successor: Some(name(k).to_string()),
             copies: 1,
         };
-        self.feed(s, k, event, None);
+        self.feed(s, k, j, event, None);
     }
 
-    /// Whether sidecar `k`'s elector asks for something now (a timer due).
-    fn due(&self, s: &State, k: usize) -> bool {
-        let c = &s.sidecars[k];
-        c.pending.is_some()
-            || c.elector
+    /// Whether sidecar `k`'s elector of lease `j` asks for something now (a timer due).
+    fn due(&self, s: &State, k: usize, j: usize) -> bool {
+        let e = &s.sidecars[k].leases[j];
+        e.pending.is_some()
+            || e.elector
                 .poll_timeout()
                 .is_some_and(|t| t <= instant(self.clock(s, k)))
     }
 
-    /// Sidecar `k` leads and its clock reached the deadline.
-    fn past_deadline(&self, s: &State, k: usize) -> bool {
-        s.sidecars[k]
+    /// Sidecar `k` leads lease `j` and its clock reached the deadline.
+    fn past_deadline(&self, s: &State, k: usize, j: usize) -> bool {
+        s.sidecars[k].leases[j]
             .elector
             .term()
             .is_some_and(|t| instant(self.clock(s, k)) >= t.deadline)
@@ -1025,13 +1115,14 @@ impl System {
     /// nothing is queued before it on the connection, else behind the queued commands (a late
     /// `SET` runs first, as in production). A release only ever deletes its own round's value,
     /// so running it early gives the adversary more, not less.
-    fn release(s: &mut State, k: usize, value: Val) {
+    fn release(s: &mut State, k: usize, j: usize, value: Val) {
         for i in 0..s.redis.len() {
             let l = Arc::make_mut(&mut s.sidecars[k].links[i]);
             if !l.conn {
                 continue;
             }
             let release = Req::Release {
+                lease: j as u8,
                 value,
                 successor: None,
             };
@@ -1046,21 +1137,27 @@ impl System {
     /// `Elector::step_down` with a named successor, then `Redlock::release`: the proof per node
     /// from `proof::may_prove` at the moment of sending, the release queued behind whatever the
     /// connection still carries (it may run late, after the lease ran out).
-    fn handover(&self, s: &mut State, k: usize, lease: Lease, to: u8) {
+    fn handover(&self, s: &mut State, k: usize, j: usize, lease: Lease, to: u8) {
         let now_us = self.clock(s, k);
         let valid = now_us < lease.deadline_us;
         let value = val_str(lease.value);
         let c = &mut s.sidecars[k];
-        c.round = None;
+        c.leases[j].round = None;
         let now = s.now;
         let mut false_proof = false;
+        let j8 = j as u8;
         for i in 0..self.nodes {
             let counts = self.counts(&c.links[i], now_us);
-            let proof = proof::may_prove(&c.log, &value, i, valid, counts);
+            let proof = proof::may_prove(&c.leases[j].log, &value, i, valid, counts);
             let l = Arc::make_mut(&mut c.links[i]);
             // The invariant the proof rests on: nothing of this term can still arrive there.
             let ours = |r: &Req| match r {
-                Req::Acquire { value: v, .. } | Req::Renew { value: v, .. } => *v == lease.value,
+                Req::Acquire {
+                    lease: x, value: v, ..
+                }
+                | Req::Renew {
+                    lease: x, value: v, ..
+                } => *x == j8 && *v == lease.value,
                 Req::Release { .. } => false,
             };
             if proof
@@ -1075,6 +1172,7 @@ impl System {
                 l.reqs.push_back((
                     now,
                     Req::Release {
+                        lease: j8,
                         value: lease.value,
                         successor: Some((to, proof)),
                     },
@@ -1089,15 +1187,17 @@ impl System {
         &self,
         s: &mut State,
         k: usize,
+        j: usize,
         kind: RoundKind,
         req: impl Fn(u16, usize) -> Req,
     ) {
         let t1_us = self.clock(s, k);
         let c = &mut s.sidecars[k];
-        c.seq += 1;
-        c.rounds += 1;
-        c.last_start = Some(s.now);
-        let id = c.seq;
+        let e = &mut c.leases[j];
+        e.seq += 1;
+        e.rounds += 1;
+        e.last_start = Some(s.now);
+        let id = e.seq;
         let now = s.now;
         let mut round = Round {
             id,
@@ -1128,7 +1228,7 @@ impl System {
                         true => l.generation as u64,
                         false => 0,
                     };
-                    round.seqs[i] = c.log.sent(&val_str(v), i, self.nodes, generation);
+                    round.seqs[i] = e.log.sent(&val_str(v), i, self.nodes, generation);
                     if let Req::Renew { seq, .. } = &mut r {
                         *seq = round.seqs[i];
                     }
@@ -1139,15 +1239,15 @@ impl System {
                 round.not_yes += 1;
             }
         }
-        c.round = Some(round);
-        self.maybe_finish(s, k);
+        e.round = Some(round);
+        self.maybe_finish(s, k, j);
     }
 
-    fn start_acquire(&self, s: &mut State, k: usize, named: bool) {
+    fn start_acquire(&self, s: &mut State, k: usize, j: usize, named: bool) {
         let now_us = self.clock(s, k);
         let c = &s.sidecars[k];
-        let value = (k as u8, c.seq + 1);
-        let proposed = c.epoch_seen + 1;
+        let value = (k as u8, c.leases[j].seq + 1);
+        let proposed = c.leases[j].epoch_seen + 1;
         let eligible: Vec<bool> = c.links.iter().map(|l| self.counts(l, now_us)).collect();
         let on_proof: Vec<bool> = c
             .links
@@ -1164,9 +1264,11 @@ impl System {
         let (e2, p2) = (eligible.clone(), on_proof.clone());
         // Under the test-only switch a node asked on a proof is asked to take the key outright.
         let check = self.defences.release_proof;
+        let lease = j as u8;
         self.start_round(
             s,
             k,
+            j,
             RoundKind::Acquire {
                 value,
                 proposed,
@@ -1174,6 +1276,7 @@ impl System {
                 on_proof,
             },
             move |round, i| Req::Acquire {
+                lease,
                 round,
                 value,
                 proposed: if (e2[i] || p2[i]) && can_win {
@@ -1187,10 +1290,12 @@ impl System {
         );
     }
 
-    fn start_renew(&self, s: &mut State, k: usize, lease: Lease) {
+    fn start_renew(&self, s: &mut State, k: usize, j: usize, lease: Lease) {
         let guarded = self.defences.reconnect_taint;
         let t1_us = self.clock(s, k);
-        self.start_round(s, k, RoundKind::Renew, move |round, _| Req::Renew {
+        let j8 = j as u8;
+        self.start_round(s, k, j, RoundKind::Renew, move |round, _| Req::Renew {
+            lease: j8,
             round,
             value: lease.value,
             token: lease.token,
@@ -1208,8 +1313,8 @@ impl System {
     }
 
     /// The end of `acquire_inner` / `renew` and what the elector does with the result.
-    fn maybe_finish(&self, s: &mut State, k: usize) {
-        let Some(round) = s.sidecars[k].round.clone() else {
+    fn maybe_finish(&self, s: &mut State, k: usize, j: usize) {
+        let Some(round) = s.sidecars[k].leases[j].round.clone() else {
             return;
         };
         let Some(won) = self.tally(&round).decided() else {
@@ -1227,45 +1332,48 @@ impl System {
         let valid = math::validity(TTL, elapsed + hold, self.drift() + lead).is_some();
         let deadline_us = round.t1_us + TTL.saturating_sub(self.drift() + lead).as_micros() as i64;
         let c = &mut s.sidecars[k];
-        c.round = None;
+        c.leases[j].round = None;
         // An acquisition's replies after its decision are never read: drop them (later ones
-        // are not queued). A renewal's are still read ([`System::deliver`]).
+        // are not queued). A renewal's are still read ([`System::deliver`]), and so are the
+        // other leases' replies on the same connections.
+        let ours = |r: &Reply| r.renew.is_none() && r.lease as usize == j;
         for l in c.links.iter_mut() {
-            if l.replies.iter().any(|(_, r)| r.renew.is_none()) {
-                Arc::make_mut(l).replies.retain(|(_, r)| r.renew.is_some());
+            if l.replies.iter().any(|(_, r)| ours(r)) {
+                Arc::make_mut(l).replies.retain(|(_, r)| !ours(r));
             }
         }
+        let e = &mut c.leases[j];
         match round.kind {
             RoundKind::Acquire {
                 value, proposed, ..
             } => {
                 if won && valid {
-                    let token = math::next_token(round.max_epoch, c.epoch_seen);
-                    c.epoch_seen = c.epoch_seen.max(token);
+                    let token = math::next_token(round.max_epoch, e.epoch_seen);
+                    e.epoch_seen = e.epoch_seen.max(token);
                     let lease = Lease {
                         value,
                         token,
                         deadline_us,
                     };
                     if hold.is_zero() {
-                        self.won(s, k, lease, proposed);
+                        self.won(s, k, j, lease, proposed);
                     } else {
-                        c.holding = Some((lease, proposed, now_us + hold.as_micros() as i64));
+                        e.holding = Some((lease, proposed, now_us + hold.as_micros() as i64));
                     }
                 } else {
-                    c.epoch_seen = c.epoch_seen.max(round.max_epoch);
-                    Self::release(s, k, value);
-                    self.attempted(s, k, None);
+                    e.epoch_seen = e.epoch_seen.max(round.max_epoch);
+                    Self::release(s, k, j, value);
+                    self.attempted(s, k, j, None);
                 }
             }
-            RoundKind::Renew => match c.confirming.take() {
+            RoundKind::Renew => match e.confirming.take() {
                 Some(mut lease) if won && valid => {
                     lease.deadline_us = lease.deadline_us.max(deadline_us);
-                    self.attempted(s, k, Some(lease));
+                    self.attempted(s, k, j, Some(lease));
                 }
                 Some(lease) => {
-                    Self::release(s, k, lease.value);
-                    self.attempted(s, k, None);
+                    Self::release(s, k, j, lease.value);
+                    self.attempted(s, k, j, None);
                 }
                 None => {
                     let deadline = (won && valid).then(|| instant(deadline_us));
@@ -1273,7 +1381,7 @@ impl System {
                         deadline,
                         candidates: None,
                     };
-                    self.feed(s, k, event, None);
+                    self.feed(s, k, j, event, None);
                 }
             },
         }
@@ -1281,7 +1389,7 @@ impl System {
 
     /// An attempt is back: the elector takes the result (a won lease, or no quorum: the model
     /// does not tell a contended attempt from a split one), then a notice that came meanwhile.
-    fn attempted(&self, s: &mut State, k: usize, won: Option<Lease>) {
+    fn attempted(&self, s: &mut State, k: usize, j: usize, won: Option<Lease>) {
         let outcome = match won {
             Some(l) => Acquire::Acquired(redlock_elector::redlock::Lease {
                 value: val_str(l.value),
@@ -1294,9 +1402,9 @@ impl System {
             outcome,
             candidates: None,
         };
-        self.feed(s, k, event, None);
-        if std::mem::take(&mut s.sidecars[k].notice) {
-            self.notify(s, k);
+        self.feed(s, k, j, event, None);
+        if std::mem::take(&mut s.sidecars[k].leases[j].notice) {
+            self.notify(s, k, j);
         }
     }
 
@@ -1305,7 +1413,12 @@ impl System {
     fn run_script(s: &mut State, i: usize, req: &Req) -> Option<Reply> {
         let wall = Self::wall(s, i);
         let ttl_us = TTL.as_micros() as i64;
-        let r = &mut s.redis[i];
+        let lease = match *req {
+            Req::Acquire { lease, .. } | Req::Renew { lease, .. } | Req::Release { lease, .. } => {
+                lease
+            }
+        };
+        let r = &mut s.redis[i].slots[lease as usize];
         let mut renew = None;
         let (round, answer) = match *req {
             Req::Acquire {
@@ -1314,12 +1427,14 @@ impl System {
                 proposed,
                 probe,
                 on_proof,
+                ..
             } => {
                 let e = r.epoch;
                 let mut proved = false;
                 if let Some((to, proof, _)) = r.reserved {
                     if to != value.0 {
                         return Some(Reply {
+                            lease,
                             round,
                             renew: None,
                             node_us: wall,
@@ -1347,6 +1462,7 @@ impl System {
                 guarded,
                 seq,
                 t1_us,
+                ..
             } => {
                 renew = Some((value, seq, t1_us));
                 let res = match r.key {
@@ -1363,7 +1479,9 @@ impl System {
                 }
                 (round, Answer::Renewed(res))
             }
-            Req::Release { value, successor } => {
+            Req::Release {
+                value, successor, ..
+            } => {
                 if r.key.is_some_and(|(v, _)| v == value) {
                     r.key = None;
                     // The reservation lives for the grace: less than a unit, so it is gone by
@@ -1371,13 +1489,14 @@ impl System {
                     if let Some((to, proof)) = successor {
                         r.reserved = Some((to, proof, wall + UNIT_US / 2));
                         // The notice: the successor's elector takes it (`System::notify`).
-                        s.notified = Some(to);
+                        s.notified = Some((to, lease));
                     }
                 }
                 return None;
             }
         };
         Some(Reply {
+            lease,
             round,
             renew,
             node_us: wall,
@@ -1394,7 +1513,8 @@ impl System {
             return;
         };
         let now_us = self.clock(s, k);
-        let current = s.sidecars[k]
+        let j = reply.lease as usize;
+        let current = s.sidecars[k].leases[j]
             .round
             .as_ref()
             .filter(|r| r.id == reply.round && r.waiting[i])
@@ -1411,7 +1531,9 @@ impl System {
                 self.observe_reading(s, k, i, reading);
                 let yes = matches!(res, 1 | 2) && self.counts(&s.sidecars[k].links[i], now_us);
                 if self.handovers {
-                    s.sidecars[k].log.answered(&val_str(v), i, seq, yes);
+                    s.sidecars[k].leases[j]
+                        .log
+                        .answered(&val_str(v), i, seq, yes);
                 }
             }
             return;
@@ -1438,7 +1560,7 @@ impl System {
         }
         let counts = self.counts(&s.sidecars[k].links[i], now_us);
         let check = self.defences.release_proof;
-        let r = s.sidecars[k].round.as_mut().unwrap();
+        let r = s.sidecars[k].leases[j].round.as_mut().unwrap();
         r.waiting[i] = false;
         let value = r.value;
         let yes = match (&r.kind, &reply.answer) {
@@ -1477,11 +1599,11 @@ impl System {
             r.not_yes += 1;
         }
         if let Some(v) = value {
-            s.sidecars[k]
+            s.sidecars[k].leases[j]
                 .log
                 .answered(&val_str(v), i, round.seqs[i], yes);
         }
-        self.maybe_finish(s, k);
+        self.maybe_finish(s, k, j);
     }
 
     /// Bounded delay: a command runs, and a reply is read (or lost), before real time moves
@@ -1497,11 +1619,14 @@ impl System {
                     .chain(l.orphans.iter())
                     .all(|(at, _)| *at >= s.now)
                     && (c.paused || l.replies.iter().all(|(at, _)| *at >= s.now))
+                    && (!self.prompt || (l.reqs.is_empty() && (c.paused || l.replies.is_empty())))
             });
             let round_ok = c.paused
-                || c.round
-                    .as_ref()
-                    .is_none_or(|r| self.clock(s, k) - r.t1_us < TIMEOUT_US);
+                || c.leases.iter().all(|e| {
+                    e.round
+                        .as_ref()
+                        .is_none_or(|r| self.clock(s, k) - r.t1_us < TIMEOUT_US)
+                });
             links_ok && round_ok
         })
     }
@@ -1563,16 +1688,18 @@ pub fn canonical(s: &State) -> State {
         s.redis[i].hash(&mut h);
         for c in &s.sidecars {
             c.links[i].hash(&mut h);
-            c.log.node(i).hash(&mut h);
-            if let Some(r) = &c.round {
-                r.waiting[i].hash(&mut h);
-                r.seqs[i].hash(&mut h);
-                if let RoundKind::Acquire {
-                    eligible, on_proof, ..
-                } = &r.kind
-                {
-                    eligible[i].hash(&mut h);
-                    on_proof[i].hash(&mut h);
+            for e in &c.leases {
+                e.log.node(i).hash(&mut h);
+                if let Some(r) = &e.round {
+                    r.waiting[i].hash(&mut h);
+                    r.seqs[i].hash(&mut h);
+                    if let RoundKind::Acquire {
+                        eligible, on_proof, ..
+                    } = &r.kind
+                    {
+                        eligible[i].hash(&mut h);
+                        on_proof[i].hash(&mut h);
+                    }
                 }
             }
         }
@@ -1590,16 +1717,18 @@ pub fn canonical(s: &State) -> State {
     permute(&mut out.redis, &order);
     for c in &mut out.sidecars {
         permute(&mut c.links, &order);
-        c.log.permute(&order);
-        if let Some(r) = &mut c.round {
-            permute(&mut r.waiting, &order);
-            permute(&mut r.seqs, &order);
-            if let RoundKind::Acquire {
-                eligible, on_proof, ..
-            } = &mut r.kind
-            {
-                permute(eligible, &order);
-                permute(on_proof, &order);
+        for e in &mut c.leases {
+            e.log.permute(&order);
+            if let Some(r) = &mut e.round {
+                permute(&mut r.waiting, &order);
+                permute(&mut r.seqs, &order);
+                if let RoundKind::Acquire {
+                    eligible, on_proof, ..
+                } = &mut r.kind
+                {
+                    permute(eligible, &order);
+                    permute(on_proof, &order);
+                }
             }
         }
     }
@@ -1632,42 +1761,27 @@ impl Model for System {
                     faults: 0,
                     redis: (0..self.nodes)
                         .map(|_| Redis {
-                            key: None,
-                            epoch: 0,
+                            slots: vec![Slot::default(); self.leases],
                             run: 0,
                             started_us: WALL0_US - 100 * UNIT_US,
                             offset_us: 0,
-                            reserved: None,
                             attest: Vec::new(),
                         })
                         .collect(),
                     sidecars: rates
                         .iter()
-                        .map(|&rate| Sidecar {
+                        .enumerate()
+                        .map(|(k, &rate)| Sidecar {
                             rate,
                             paused: false,
-                            seq: 0,
-                            epoch_seen: 0,
                             links: (0..self.nodes).map(|_| Arc::new(Link::default())).collect(),
-                            elector: self.machine(0, 0),
-                            pending: None,
-                            notice: false,
-                            confirming: None,
-                            round: None,
-                            last_start: None,
-                            rounds: 0,
-                            log: TermLog::default(),
-                            holding: None,
+                            leases: (0..self.leases).map(|_| self.elect(k, 0)).collect(),
                         })
                         .collect(),
-                    max_token: 0,
-                    s2_broken: false,
+                    fences: vec![Fence::default(); self.leases],
                     false_proof: false,
                     notified: None,
                 };
-                for k in 0..self.sidecars {
-                    s.sidecars[k].elector = self.machine(k, 0);
-                }
                 // Every sidecar has run for a while: connected, and each node's clock watched
                 // for longer than the window (readings 14 units ago and now).
                 let policy = self.policy();
@@ -1787,35 +1901,43 @@ impl Model for System {
             if c.paused {
                 continue;
             }
-            let may_start = self.running(s, k)
-                && c.round.is_none()
-                && c.holding.is_none()
-                && c.last_start != Some(s.now)
-                && c.rounds < self.max_rounds
-                && (k == 0 || s.now >= self.a_first_until);
-            let leading = c.elector.term().is_some();
-            if leading && self.past_deadline(s, k) {
-                actions.push(Action::StepDown(k8));
-            } else if may_start && c.confirming.is_none() && self.due(s, k) {
-                actions.push(match leading {
-                    true => Action::StartRenew(k8),
-                    false => Action::StartAcquire(k8),
-                });
-            }
-            if leading && self.handovers && c.round.is_none() && c.holding.is_none() {
-                let named = |j: usize| self.successor.is_none_or(|t| t as usize == j);
-                for to in (0..self.sidecars).filter(|&j| j != k && named(j)) {
-                    actions.push(Action::Handover {
-                        from: k8,
-                        to: to as u8,
+            for (j, e) in c.leases.iter().enumerate() {
+                let j8 = j as u8;
+                let may_start = self.running(s, k)
+                    && e.round.is_none()
+                    && e.holding.is_none()
+                    && e.last_start != Some(s.now)
+                    && e.rounds < self.max_rounds
+                    && (k == 0 || s.now >= self.a_first_until)
+                    && self
+                        .starts
+                        .as_ref()
+                        .is_none_or(|w| w[k][j].0 <= s.now && s.now < w[k][j].1);
+                let leading = e.elector.term().is_some();
+                if leading && self.past_deadline(s, k, j) {
+                    actions.push(Action::StepDown(k8, j8));
+                } else if may_start && e.confirming.is_none() && self.due(s, k, j) {
+                    actions.push(match leading {
+                        true => Action::StartRenew(k8, j8),
+                        false => Action::StartAcquire(k8, j8),
                     });
                 }
-            }
-            if let Some(r) = &c.round
-                && self.clock(s, k) - r.t1_us >= TIMEOUT_US
-                && r.waiting.iter().any(|&w| w)
-            {
-                actions.push(Action::Timeout(k8));
+                if leading && self.handovers && e.round.is_none() && e.holding.is_none() {
+                    let named = |to: usize| self.successor.is_none_or(|t| t as usize == to);
+                    for to in (0..self.sidecars).filter(|&to| to != k && named(to)) {
+                        actions.push(Action::Handover {
+                            from: k8,
+                            to: to as u8,
+                            lease: j8,
+                        });
+                    }
+                }
+                if let Some(r) = &e.round
+                    && self.clock(s, k) - r.t1_us >= TIMEOUT_US
+                    && r.waiting.iter().any(|&w| w)
+                {
+                    actions.push(Action::Timeout(k8, j8));
+                }
             }
         }
     }
@@ -1832,8 +1954,10 @@ impl Model for System {
                     if s.sidecars[k].paused || !self.running(&s, k) {
                         continue;
                     }
-                    if self.past_deadline(&s, k) {
-                        self.feed(&mut s, k, Event::Timer, None);
+                    for j in 0..self.leases {
+                        if self.past_deadline(&s, k, j) {
+                            self.feed(&mut s, k, j, Event::Timer, None);
+                        }
                     }
                     let now_us = self.clock(&s, k);
                     for i in 0..self.nodes {
@@ -1847,7 +1971,9 @@ impl Model for System {
                     if self.slow_refresh_at == Some((k as u8, s.now)) {
                         self.slow_refresh(&mut s, k);
                     }
-                    self.end_hold(&mut s, k);
+                    for j in 0..self.leases {
+                        self.end_hold(&mut s, k, j);
+                    }
                 }
             }
             Action::Pause(k) => {
@@ -1856,7 +1982,9 @@ impl Model for System {
             }
             Action::Resume(k) => {
                 s.sidecars[k as usize].paused = false;
-                self.end_hold(&mut s, k as usize);
+                for j in 0..self.leases {
+                    self.end_hold(&mut s, k as usize, j);
+                }
             }
             Action::SlowRefresh(k) => {
                 s.faults += 1;
@@ -1875,19 +2003,17 @@ impl Model for System {
             }
             Action::CrashRestart(k) => {
                 s.faults += 1;
+                let now_us = self.clock(&s, k as usize);
                 let c = &mut s.sidecars[k as usize];
                 c.paused = false;
-                c.epoch_seen = 0;
-                c.round = None;
-                c.last_start = None;
-                c.pending = None;
-                c.notice = false;
-                c.confirming = None;
-                c.holding = None;
-                c.log = TermLog::default();
-                let now_us = self.clock(&s, k as usize);
-                s.sidecars[k as usize].elector = self.machine(k as usize, now_us);
-                let c = &mut s.sidecars[k as usize];
+                // A fresh process: every lease as new, but nonces and the round bound go on.
+                for e in &mut c.leases {
+                    *e = Elect {
+                        seq: e.seq,
+                        rounds: e.rounds,
+                        ..self.elect(k as usize, now_us)
+                    };
+                }
                 for l in c.links.iter_mut().map(Arc::make_mut) {
                     let mut orphans = std::mem::take(&mut l.orphans);
                     orphans.extend(l.reqs.drain(..));
@@ -1903,8 +2029,10 @@ impl Model for System {
                 let i = i as usize;
                 let wall = Self::wall(&s, i);
                 let r = &mut s.redis[i];
-                r.key = None;
-                r.epoch = 0;
+                for slot in &mut r.slots {
+                    slot.key = None;
+                    slot.epoch = 0;
+                }
                 r.run += 1;
                 r.started_us = wall;
                 r.attest.clear();
@@ -1929,23 +2057,28 @@ impl Model for System {
                     .replies
                     .pop_front();
             }
-            Action::StartAcquire(k) | Action::StartRenew(k) => self.start(&mut s, k as usize),
+            Action::StartAcquire(k, j) | Action::StartRenew(k, j) => {
+                self.start(&mut s, k as usize, j as usize)
+            }
             Action::Apply { sidecar, node } => {
                 let (k, i) = (sidecar as usize, node as usize);
                 let (_, req) = Arc::make_mut(&mut s.sidecars[k].links[i])
                     .reqs
                     .pop_front()?;
-                let current = s.sidecars[k].round.as_ref().map(|r| r.id);
                 if let Some(reply) = Self::run_script(&mut s, i, &req)
-                    && (Some(reply.round) == current || reply.renew.is_some())
+                    && (reply.renew.is_some()
+                        || s.sidecars[k].leases[reply.lease as usize]
+                            .round
+                            .as_ref()
+                            .is_some_and(|r| r.id == reply.round))
                 {
                     let now = s.now;
                     Arc::make_mut(&mut s.sidecars[k].links[i])
                         .replies
                         .push_back((now, reply));
                 }
-                if let Some(to) = s.notified.take() {
-                    self.notify(&mut s, to as usize);
+                if let Some((to, j)) = s.notified.take() {
+                    self.notify(&mut s, to as usize, j as usize);
                 }
             }
             Action::ApplyOrphan { sidecar, node } => {
@@ -1954,8 +2087,8 @@ impl Model for System {
                     .orphans
                     .pop_front()?;
                 Self::run_script(&mut s, i, &req);
-                if let Some(to) = s.notified.take() {
-                    self.notify(&mut s, to as usize);
+                if let Some((to, j)) = s.notified.take() {
+                    self.notify(&mut s, to as usize, j as usize);
                 }
             }
             Action::ApplyStale { sidecar, node } => {
@@ -1964,34 +2097,35 @@ impl Model for System {
                     .stale
                     .pop_front()?;
                 Self::run_script(&mut s, i, &req);
-                if let Some(to) = s.notified.take() {
-                    self.notify(&mut s, to as usize);
+                if let Some((to, j)) = s.notified.take() {
+                    self.notify(&mut s, to as usize, j as usize);
                 }
             }
             Action::Deliver { sidecar, node } => {
                 self.deliver(&mut s, sidecar as usize, node as usize)
             }
-            Action::Timeout(k) => {
-                let k = k as usize;
-                let c = &mut s.sidecars[k];
-                if let Some(r) = c.round.as_mut() {
+            Action::Timeout(k, j) => {
+                let (k, j) = (k as usize, j as usize);
+                let e = &mut s.sidecars[k].leases[j];
+                if let Some(r) = e.round.as_mut() {
                     for (i, w) in r.waiting.iter_mut().enumerate().filter(|(_, w)| **w) {
                         *w = false;
                         r.not_yes += 1;
                         if let Some(v) = r.value {
-                            c.log.failed(&val_str(v), i);
+                            e.log.failed(&val_str(v), i);
                         }
                     }
                 }
-                self.maybe_finish(&mut s, k);
+                self.maybe_finish(&mut s, k, j);
             }
-            Action::StepDown(k) => self.feed(&mut s, k as usize, Event::Timer, None),
-            Action::Handover { from, to } => {
-                // `POST /leader/step-down`: the elector reads the candidates (the model shows
-                // `to` ready) and releases naming it.
+            Action::StepDown(k, j) => self.feed(&mut s, k as usize, j as usize, Event::Timer, None),
+            Action::Handover { from, to, lease } => {
+                // `POST /leases/{name}/step-down`: the elector reads the candidates (the model
+                // shows `to` ready) and releases naming it.
                 self.feed(
                     &mut s,
                     from as usize,
+                    lease as usize,
                     Event::StepDown(0, StepDownReason::Requested),
                     Some(to),
                 );
@@ -2006,7 +2140,9 @@ impl Model for System {
         }
         for k in 0..self.sidecars {
             let now = instant(self.clock(&s, k));
-            s.sidecars[k].elector.forget_past(now);
+            for e in &mut s.sidecars[k].leases {
+                e.elector.forget_past(now);
+            }
         }
         Some(s)
     }
@@ -2014,15 +2150,17 @@ impl Model for System {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("S1 mutual exclusion", |m: &System, s: &State| {
-                m.leaders(s).len() <= 1
+                m.overlap(s).is_none()
             }),
-            Property::always("S2 fencing tokens increase", |_, s: &State| !s.s2_broken),
+            Property::always("S2 fencing tokens increase", |_, s: &State| {
+                s.fences.iter().all(|f| !f.s2_broken)
+            }),
             Property::always(
                 "a release proof only where nothing of the term can still arrive",
                 |_, s: &State| !s.false_proof,
             ),
             Property::sometimes("a leader is reachable", |m: &System, s: &State| {
-                !m.leaders(s).is_empty()
+                (0..m.leases).any(|j| !m.leaders_of(s, j).is_empty())
             }),
         ]
     }
@@ -2033,10 +2171,11 @@ impl Model for System {
 }
 
 impl System {
-    /// One line per sidecar and node: what a reader of a trace needs.
+    /// One line per sidecar and node: what a reader of a trace needs. With several leases,
+    /// each sidecar's and each node's line has a part per lease (`lease 0: …; lease 1: …`).
     pub fn describe(&self, s: &State) -> String {
         let units = |us: i64| format!("{:.3}", us as f64 / UNIT_US as f64);
-        let leaders = self.leaders(s);
+        let many = self.leases > 1;
         let mut out = format!("  real time {}", s.now);
         if s.faults > 0 {
             let _ = write!(out, ", {} fault(s) so far", s.faults);
@@ -2051,58 +2190,63 @@ impl System {
                 c.rate.short(),
                 if c.paused { " PAUSED" } else { "" }
             );
-            match (c.confirming, c.elector.term()) {
-                _ if c.holding.is_some() => {
-                    let (l, _, until) = c.holding.unwrap();
+            for (j, e) in c.leases.iter().enumerate() {
+                if many {
+                    let _ = write!(out, "{}lease {j}: ", if j > 0 { "; " } else { "" });
+                }
+                match (e.confirming, e.elector.term()) {
+                    _ if e.holding.is_some() => {
+                        let (l, _, until) = e.holding.unwrap();
+                        let _ = write!(
+                            out,
+                            "won token {}, holding until {} (blind band)",
+                            l.token,
+                            units(until)
+                        );
+                    }
+                    (Some(l), _) => {
+                        let _ = write!(out, "confirming token {}", l.token);
+                    }
+                    (None, Some(t)) => {
+                        let _ = write!(
+                            out,
+                            "leader, token {}, deadline {}",
+                            t.token,
+                            units(local_us(t.deadline))
+                        );
+                    }
+                    (None, None) => out.push_str("follower"),
+                }
+                if let Some(Command::Attempt { named, .. }) = &e.pending {
                     let _ = write!(
                         out,
-                        "won token {}, holding until {} (blind band)",
-                        l.token,
-                        units(until)
+                        "; attempt asked{}",
+                        if *named { " (named by a notice)" } else { "" }
                     );
                 }
-                (Some(l), _) => {
-                    let _ = write!(out, "confirming token {}", l.token);
+                if self.believes(s, k, j) {
+                    out.push_str(" => answers is_leader: true");
                 }
-                (None, Some(t)) => {
+                if let Some(r) = &e.round {
+                    let kind = match r.kind {
+                        RoundKind::Acquire { .. } => "acquire",
+                        RoundKind::Renew => "renew",
+                    };
                     let _ = write!(
                         out,
-                        "leader, token {}, deadline {}",
-                        t.token,
-                        units(local_us(t.deadline))
+                        "; {kind} round T1 {} yes {} not {}",
+                        units(r.t1_us),
+                        r.yes,
+                        r.not_yes
                     );
-                }
-                (None, None) => out.push_str("follower"),
-            }
-            if let Some(Command::Attempt { named, .. }) = &c.pending {
-                let _ = write!(
-                    out,
-                    "; attempt asked{}",
-                    if *named { " (named by a notice)" } else { "" }
-                );
-            }
-            if leaders.contains(&k) {
-                out.push_str(" => answers is_leader: true");
-            }
-            if let Some(r) = &c.round {
-                let kind = match r.kind {
-                    RoundKind::Acquire { .. } => "acquire",
-                    RoundKind::Renew => "renew",
-                };
-                let _ = write!(
-                    out,
-                    "; {kind} round T1 {} yes {} not {}",
-                    units(r.t1_us),
-                    r.yes,
-                    r.not_yes
-                );
-                if r.lead_us > 0 {
-                    let _ = write!(
-                        out,
-                        " (blind band: lead {}, hold {})",
-                        units(r.lead_us),
-                        units(r.hold_us)
-                    );
+                    if r.lead_us > 0 {
+                        let _ = write!(
+                            out,
+                            " (blind band: lead {}, hold {})",
+                            units(r.lead_us),
+                            units(r.hold_us)
+                        );
+                    }
                 }
             }
             let counting: String = c
@@ -2121,24 +2265,34 @@ impl System {
         for (i, r) in s.redis.iter().enumerate() {
             let wall = Self::wall(s, i) - WALL0_US;
             let _ = write!(out, "    node {i} (run r{}) wall {}", r.run, units(wall));
-            match r.key {
-                Some(((k, n), exp)) => {
+            for (j, slot) in r.slots.iter().enumerate() {
+                if many {
+                    let _ = write!(out, "{} lease {j}:", if j > 0 { ";" } else { "," });
+                }
+                match slot.key {
+                    Some(((k, n), exp)) => {
+                        let _ = write!(
+                            out,
+                            "{} key {}#{n} until {}",
+                            if many { "" } else { "," },
+                            name(k as usize),
+                            units(exp - WALL0_US)
+                        );
+                    }
+                    None if many => out.push_str(" no key"),
+                    None => out.push_str(", no key"),
+                }
+                if let Some((to, proof, _)) = slot.reserved {
                     let _ = write!(
                         out,
-                        ", key {}#{n} until {}",
-                        name(k as usize),
-                        units(exp - WALL0_US)
+                        ", reserved for {}{}",
+                        name(to as usize),
+                        if proof { " with proof" } else { "" }
                     );
                 }
-                None => out.push_str(", no key"),
-            }
-            if let Some((to, proof, _)) = r.reserved {
-                let _ = write!(
-                    out,
-                    ", reserved for {}{}",
-                    name(to as usize),
-                    if proof { " with proof" } else { "" }
-                );
+                if many {
+                    let _ = write!(out, ", epoch {}", slot.epoch);
+                }
             }
             for &(k, e, v) in &r.attest {
                 let _ = write!(
@@ -2148,7 +2302,11 @@ impl System {
                     if v { "vouched for" } else { "asks a vouch" }
                 );
             }
-            let _ = writeln!(out, ", epoch {}", r.epoch);
+            if many {
+                out.push('\n');
+            } else {
+                let _ = writeln!(out, ", epoch {}", r.slots[0].epoch);
+            }
         }
         out
     }
@@ -2163,7 +2321,13 @@ impl System {
             }
             if let Some(a) = action {
                 let next = self.next_state(state, *a).expect("replayable");
-                let _ = writeln!(out, "{:>3}. {}", n + 1, self.format(*a));
+                let _ = writeln!(
+                    out,
+                    "{:>3}. {}{}",
+                    n + 1,
+                    self.format(*a),
+                    self.which(state, *a)
+                );
                 if !matches!(
                     a,
                     Action::Apply { .. } | Action::ApplyOrphan { .. } | Action::ApplyStale { .. }
@@ -2174,6 +2338,43 @@ impl System {
             }
         }
         out
+    }
+
+    /// With several leases, the lease a command or reply of `a` belongs to (from the queue it
+    /// comes from in `s`); else nothing.
+    fn which(&self, s: &State, a: Action) -> String {
+        if self.leases < 2 {
+            return String::new();
+        }
+        let lease_of = |r: &Req| match *r {
+            Req::Acquire { lease, .. } | Req::Renew { lease, .. } | Req::Release { lease, .. } => {
+                lease
+            }
+        };
+        let link = |k: u8, i: u8| &s.sidecars[k as usize].links[i as usize];
+        let j = match a {
+            Action::Apply { sidecar, node } => {
+                link(sidecar, node).reqs.front().map(|(_, r)| lease_of(r))
+            }
+            Action::ApplyOrphan { sidecar, node } => link(sidecar, node)
+                .orphans
+                .front()
+                .map(|(_, r)| lease_of(r)),
+            Action::ApplyStale { sidecar, node } => link(sidecar, node).stale.front().map(lease_of),
+            Action::Deliver { sidecar, node } | Action::LoseReply { sidecar, node } => {
+                link(sidecar, node).replies.front().map(|(_, r)| r.lease)
+            }
+            _ => None,
+        };
+        j.map_or_else(String::new, |j| format!(" (lease {j})"))
+    }
+
+    /// " of lease j" where there are several, else nothing.
+    fn of_lease(&self, j: u8) -> String {
+        match self.leases > 1 {
+            true => format!(" of lease {j}"),
+            false => String::new(),
+        }
     }
 
     fn format(&self, a: Action) -> String {
@@ -2201,8 +2402,10 @@ impl System {
             Action::LoseReply { sidecar, node } => {
                 format!("FAULT: node {node}'s reply to {} is lost", n(sidecar))
             }
-            Action::StartAcquire(k) => format!("{} starts an acquire round", n(k)),
-            Action::StartRenew(k) => format!("{} starts a renewal", n(k)),
+            Action::StartAcquire(k, j) => {
+                format!("{} starts an acquire round{}", n(k), self.of_lease(j))
+            }
+            Action::StartRenew(k, j) => format!("{} starts a renewal{}", n(k), self.of_lease(j)),
             Action::Apply { sidecar, node } => {
                 format!("node {node} runs {}'s next command", n(sidecar))
             }
@@ -2219,11 +2422,19 @@ impl System {
             Action::Deliver { sidecar, node } => {
                 format!("{} reads node {node}'s reply", n(sidecar))
             }
-            Action::Timeout(k) => format!("{}'s round times out", n(k)),
-            Action::StepDown(k) => format!("{}'s deadline timer fires: steps down", n(k)),
-            Action::Handover { from, to } => format!(
-                "{} hands over gracefully: steps down, releases naming {}",
+            Action::Timeout(k, j) => format!("{}'s round{} times out", n(k), self.of_lease(j)),
+            Action::StepDown(k, j) => format!(
+                "{}'s deadline timer{} fires: steps down",
+                n(k),
+                self.of_lease(j)
+            ),
+            Action::Handover { from, to, lease } => format!(
+                "{} hands {}over gracefully: steps down, releases naming {}",
                 n(from),
+                match self.leases > 1 {
+                    true => format!("lease {lease} "),
+                    false => String::new(),
+                },
                 n(to)
             ),
             Action::Request { sidecar, node } => format!(
