@@ -1268,10 +1268,9 @@ model_test! {
 /// A. A fix, for the lead to decide: keep the proof per lease (a proved node counts at once
 /// only for the lease whose reservation the grant consumed). This test pins the finding (it
 /// asserts the overlap); flip it when the proof is per lease, in the binary and the model.
-#[test]
-fn finding_a_release_proof_counts_for_every_lease() {
+fn proof_crossing_replayed(defences: Defences) -> (System, system::State, String, usize) {
     use system::Action::*;
-    let mut sys = System::new(6, faults(2, |f| f.jump_forward = true), Defences::ALL);
+    let mut sys = System::new(6, faults(2, |f| f.jump_forward = true), defences);
     sys.leases = 2;
     sys.handovers = true;
     sys.fresh = vec![false, true];
@@ -1304,8 +1303,9 @@ fn finding_a_release_proof_counts_for_every_lease() {
     steps.extend(round(1));
     let skip = |a: &system::Action| matches!(a, Apply { .. } | Deliver { .. });
     let (before, _) = replay(&sys, steps.clone(), skip);
-    // B, a fresh process since unit 4, counts the two stepped nodes, through lease 0's proofs.
-    assert_eq!(sys.counting(&before, 1), 2, "{}", sys.describe(&before));
+    // B, a fresh process since unit 4: how many nodes count for its lease 1 (lease 0's
+    // proofs are on the two stepped nodes).
+    let counting = sys.counting_for(&before, 1, 1);
     // B: lease 1 at 5, held back by its band to 6, then the renewal that confirms its token.
     steps.push(Tick);
     steps.push(StartAcquire(1, 1));
@@ -1313,14 +1313,36 @@ fn finding_a_release_proof_counts_for_every_lease() {
     steps.push(Tick);
     steps.extend(round(1));
     let (s, trace) = replay(&sys, steps, skip);
-    eprintln!("[model] a release proof counts for every lease, every defence on:\n{trace}");
+    (sys, s, trace, counting)
+}
+/// The finding replayed both ways. With the proof shared by the leases (`proof_per_lease`
+/// off, the binary before the fix), B counts the two stepped nodes for lease 1 through lease
+/// 0's proofs and leads lease 1 beside A. With the proof per lease (every defence on), B
+/// counts neither for lease 1, its attempt cannot win, and A alone leads lease 1.
+#[test]
+fn finding_a_release_proof_counts_for_every_lease() {
+    let shared = Defences {
+        proof_per_lease: false,
+        ..Defences::ALL
+    };
+    let (sys, s, trace, counting) = proof_crossing_replayed(shared);
+    eprintln!("[model] a release proof shared by the leases (proof_per_lease off):\n{trace}");
+    assert_eq!(counting, 2, "lease 0's proofs count for lease 1:\n{trace}");
     assert_eq!(
         sys.leaders_of(&s, 1),
         vec![0, 1],
-        "the finding: A and B both lead lease 1 at unit 6, every defence on:\n{trace}"
+        "the finding: A and B both lead lease 1 at unit 6:\n{trace}"
     );
     assert_eq!(sys.leaders_of(&s, 0), vec![1], "{trace}");
     assert_eq!(s.now, 6);
+    let (sys, s, trace, counting) = proof_crossing_replayed(Defences::ALL);
+    eprintln!("[model] a release proof per lease (every defence on):\n{trace}");
+    assert_eq!(
+        counting, 0,
+        "lease 0's proofs must not count for lease 1:\n{trace}"
+    );
+    assert_eq!(sys.leaders_of(&s, 1), vec![0], "{trace}");
+    assert_eq!(sys.leaders_of(&s, 0), vec![1], "{trace}");
 }
 
 /// The cross-lease proof finding's bound (every defence on), phased as its replay: A may start
@@ -1350,8 +1372,11 @@ fn proof_crossing(defences: Defences) -> System {
 #[ignore = "the finding's search, 12-45 s: cargo test --release --test model finding_a_release -- --ignored"]
 fn finding_a_release_proof_counts_for_every_lease_searched() {
     let trace = check_with(
-        "a release proof counts for every lease, every defence on",
-        proof_crossing(Defences::ALL),
+        "a release proof shared by the leases (proof_per_lease off)",
+        proof_crossing(Defences {
+            proof_per_lease: false,
+            ..Defences::ALL
+        }),
         true,
         true,
     )

@@ -93,7 +93,7 @@ impl Redlock {
         let modes: Vec<Mode> = self
             .nodes
             .iter()
-            .map(|n| Mode::of(n.counts(t1), named && n.counts_with_proof(t1)))
+            .map(|n| Mode::of(n.counts_for(self.tag, t1), named && n.counts_with_proof(t1)))
             .collect();
         let can_win = modes
             .iter()
@@ -248,12 +248,12 @@ impl Redlock {
         reading: Option<(std::sync::Arc<str>, Instant)>,
     ) -> bool {
         match mode {
-            Mode::Take => node.counts(Instant::now()),
+            Mode::Take => node.counts_for(self.tag, Instant::now()),
             // The test-only switch: every grant is taken as proved, without the node's word.
             Mode::Proof => {
                 (proved || !node.proof_check())
-                    && reading.is_some_and(|(run_id, at)| node.prove(&run_id, at))
-                    && node.counts(Instant::now())
+                    && reading.is_some_and(|(run_id, at)| node.prove(self.tag, &run_id, at))
+                    && node.counts_for(self.tag, Instant::now())
             }
             Mode::Spare | Mode::Probe => false,
         }

@@ -167,11 +167,14 @@ pub struct Watch {
     since_us: Option<i64>,
     /// End of the quarantine after the latest jump, local µs.
     quarantined_until_us: Option<i64>,
-    /// Local µs of a reading whose reply proved that no live holder was left on the node (a
-    /// grant that consumed the previous holder's release proof, [`Watch::prove`]): from then on
-    /// the current watch counts without waiting for the window. Cleared whenever the watch
-    /// begins again (new server, long gap).
-    proved_us: Option<i64>,
+    /// Per lease (a tag the process gives each of its leases): local µs of a reading whose reply
+    /// proved that no live holder of *that lease's* key was left on the node (a grant that
+    /// consumed the previous holder's release proof, [`Watch::prove`]): from then on the
+    /// current watch counts for that lease, and that lease alone, without waiting for the
+    /// window. The proof says nothing of another lease's key on the node: a step of its clock
+    /// before the proof may have shortened that key unseen. Cleared whenever the watch begins
+    /// again (new server, long gap).
+    proved: Vec<(u64, i64)>,
     /// Which watch of this sidecar the current one is: counts every beginning (first reading of
     /// a server, a long gap). An attestation request names it, so a vouch for an earlier watch
     /// is never taken for this one ([`Watch::attest`]).
@@ -306,20 +309,36 @@ impl Watch {
     /// A watch begins at local `received_us`: what the previous one earned goes.
     fn begin(&mut self, received_us: i64) {
         self.since_us = Some(received_us);
-        self.proved_us = None;
+        self.proved.clear();
         self.vouched_us = None;
         self.epoch = self.epoch.wrapping_add(1);
     }
 
-    /// From when (local µs) a vote of this node counts as far as its clock goes: once watched
-    /// for the window (or since a release proof, [`Watch::prove`], or an attestation,
-    /// [`Watch::attest`]) and out of any jump quarantine. `None` before the first reading.
+    /// From when (local µs) a vote of this node counts as far as its clock goes, for any lease:
+    /// once watched for the window (or since an attestation, [`Watch::attest`]) and out of any
+    /// jump quarantine. `None` before the first reading. A release proof counts for its own
+    /// lease only ([`Watch::counts_from_for`]).
     pub fn counts_from(&self, p: &Policy) -> Option<i64> {
+        self.counts_from_with(p, None)
+    }
+
+    /// [`Watch::counts_from`] for lease `lease`: also since that lease's release proof
+    /// ([`Watch::prove`]).
+    pub fn counts_from_for(&self, p: &Policy, lease: u64) -> Option<i64> {
+        let proved = self
+            .proved
+            .iter()
+            .find(|(l, _)| *l == lease)
+            .map(|(_, at)| *at);
+        self.counts_from_with(p, proved)
+    }
+
+    fn counts_from_with(&self, p: &Policy, proved_us: Option<i64>) -> Option<i64> {
         if !p.enabled {
             return Some(i64::MIN);
         }
         let mut watched = self.since_us? + p.window_us;
-        for early in [self.proved_us, self.vouched_us].into_iter().flatten() {
+        for early in [proved_us, self.vouched_us].into_iter().flatten() {
             watched = watched.min(early);
         }
         Some(watched.max(self.quarantined_until_us.unwrap_or(i64::MIN)))
@@ -395,16 +414,19 @@ impl Watch {
     /// on it: this sidecar's grant consumed the previous holder's release proof (the reservation
     /// a holder that still counted the node wrote in the same atomic step as deleting its own
     /// key, [`super::scripts::RELEASE`]). A jump before that moment cannot matter (nobody held
-    /// the key), and every later one is seen by this watch, so the node counts from then on,
-    /// until the watch begins again. Returns whether the proof was taken: not when the reading
+    /// the key), and every later one is seen by this watch, so the node counts from then on
+    /// for `lease`, until the watch begins again. Returns whether the proof was taken: not when the reading
     /// is of another server than the watch's, nor while a jump quarantine runs.
-    pub fn prove(&mut self, run_id: &str, received_us: i64) -> bool {
+    pub fn prove(&mut self, lease: u64, run_id: &str, received_us: i64) -> bool {
         let same = self.run_id.as_deref() == Some(run_id)
             && self.last.is_some_and(|l| l.received_us == received_us);
         if !same || self.quarantined_at(received_us) {
             return false;
         }
-        self.proved_us = Some(self.proved_us.map_or(received_us, |p| p.min(received_us)));
+        match self.proved.iter_mut().find(|(l, _)| *l == lease) {
+            Some((_, at)) => *at = (*at).min(received_us),
+            None => self.proved.push((lease, received_us)),
+        }
         true
     }
 

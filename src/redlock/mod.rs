@@ -125,6 +125,9 @@ impl NodeSet {
     }
 }
 
+/// The next lease's tag ([`Redlock`]'s `tag`), unique in the process.
+static NEXT_TAG: AtomicU64 = AtomicU64::new(0);
+
 /// The lock protocol of one lease over all nodes.
 pub struct Redlock {
     /// The process's nodes, shared by every lease.
@@ -162,6 +165,9 @@ pub struct Redlock {
     /// The lock commands of the current term (or attempt) per node, for the release proof
     /// ([`proof`]).
     term_log: Arc<std::sync::Mutex<proof::TermLog>>,
+    /// This lease among the process's: its release proofs count for it alone
+    /// ([`node::Node::counts_for`]).
+    tag: u64,
     /// The holder value the last watch saw on a quorum ([`Redlock::watch`]): the watch reads
     /// the epoch only when the holder changed.
     watched_holder: std::sync::Mutex<String>,
@@ -203,6 +209,7 @@ impl Redlock {
             term_log: Arc::new(std::sync::Mutex::new(proof::TermLog::default())),
             watched_holder: std::sync::Mutex::new(String::new()),
             counting: set.counting.listener(),
+            tag: NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             reconnect_taint_off: config.unsafe_switches.reconnect_taint_off,
         }
     }
@@ -285,7 +292,7 @@ impl Redlock {
     pub fn eligible_as_successor(&self, now: Instant) -> bool {
         self.nodes
             .iter()
-            .filter(|n| n.counts(now) || n.counts_with_proof(now))
+            .filter(|n| n.counts_for(self.tag, now) || n.counts_with_proof(now))
             .count()
             >= self.quorum()
     }
@@ -299,14 +306,18 @@ impl Redlock {
     pub fn eligibility(&self, now: Instant) -> std::collections::BTreeMap<String, bool> {
         self.nodes
             .iter()
-            .map(|n| (n.name().to_string(), n.counts(now)))
+            .map(|n| (n.name().to_string(), n.counts_for(self.tag, now)))
             .collect()
     }
 
     /// Whether a quorum counts this sidecar's votes at `now`, and if not, why and when it will:
     /// for the log line, `/leader` and the `quorum_wait_seconds` gauge.
     pub fn quorum_wait(&self, now: Instant) -> QuorumWait {
-        let waits: Vec<_> = self.nodes.iter().map(|n| n.wait(now)).collect();
+        let waits: Vec<_> = self
+            .nodes
+            .iter()
+            .map(|n| n.wait_for(Some(self.tag), now))
+            .collect();
         let counting = waits.iter().filter(|w| w.is_none()).count();
         if counting >= self.quorum() {
             return QuorumWait::default();
@@ -339,13 +350,20 @@ impl Redlock {
 
     /// Whether a quorum of nodes counts this sidecar's votes at `now`.
     pub fn eligible(&self, now: Instant) -> bool {
-        self.nodes.iter().filter(|n| n.counts(now)).count() >= self.quorum()
+        self.nodes
+            .iter()
+            .filter(|n| n.counts_for(self.tag, now))
+            .count()
+            >= self.quorum()
     }
 
     /// When a quorum of nodes will count, if nothing changes meanwhile (a fresh sidecar's watch
     /// of the nodes' clocks, quarantines ending); `None` if that is not known yet.
     pub fn quorum_counts_at(&self) -> Option<Instant> {
-        math::quorum_at(self.nodes.iter().map(|n| n.counts_from()), self.quorum())
+        math::quorum_at(
+            self.nodes.iter().map(|n| n.counts_from_for(self.tag)),
+            self.quorum(),
+        )
     }
 
     /// How often a follower that knows the holder refreshes what it knows ([`Redlock::watch`]):

@@ -164,7 +164,7 @@ impl Redlock {
         self.nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| proof::may_prove(&log, value, i, valid, n.counts(now)))
+            .map(|(i, n)| proof::may_prove(&log, value, i, valid, n.counts_for(self.tag, now)))
             .collect()
     }
 

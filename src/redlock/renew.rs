@@ -60,7 +60,7 @@ impl Redlock {
         let mut band = Duration::ZERO;
         while let Some((i, node, seq, r)) = pending.next().await {
             let reply_band = r.as_ref().map_or(Duration::ZERO, |reply| reply.band);
-            let counted = log_renewal(&self.term_log, &lease.value, i, &node, seq, &r);
+            let counted = log_renewal(&self.term_log, self.tag, &lease.value, i, &node, seq, &r);
             if counted {
                 tally.yes += 1;
                 band = band.max(reply_band);
@@ -76,7 +76,7 @@ impl Redlock {
         // release proof ([`super::proof`]). Dropped unread, the slowest node of every round
         // stayed unsettled, and a graceful release proved only a quorum of the nodes.
         if !pending.is_empty() {
-            let (log, value) = (self.term_log.clone(), lease.value.clone());
+            let (log, value, tag) = (self.term_log.clone(), lease.value.clone(), self.tag);
             self.releasing.spawn(async move {
                 while let Some((i, node, seq, r)) = pending.next().await {
                     // A straggler that fails or times out stays unanswered, as when the round
@@ -86,7 +86,7 @@ impl Redlock {
                     // rest of the term, and under `--unsafe-disable-reconnect-taint` hide the
                     // hazard that switch exists to show.
                     if r.is_ok() {
-                        log_renewal(&log, &value, i, &node, seq, &r);
+                        log_renewal(&log, tag, &value, i, &node, seq, &r);
                     }
                 }
             });
@@ -99,9 +99,10 @@ impl Redlock {
 }
 
 /// Log one renewal's reply in the term log; returns whether its yes counts (`1` or `2` from a
-/// node that counts now).
+/// node that counts now for lease `tag`).
 fn log_renewal(
     log: &Mutex<TermLog>,
+    tag: u64,
     value: &str,
     i: usize,
     node: &Node,
@@ -109,7 +110,7 @@ fn log_renewal(
     r: &Result<Reply, CommandError>,
 ) -> bool {
     let counted = match r.as_ref().map(|reply| reply.items.as_slice()) {
-        Ok([Value::Int(1 | 2)]) => node.counts(Instant::now()),
+        Ok([Value::Int(1 | 2)]) => node.counts_for(tag, Instant::now()),
         Ok([Value::Int(0)]) => {
             tracing::warn!(endpoint = %node.name(), "renewal denied: the key belongs to someone else on this node");
             false

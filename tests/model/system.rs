@@ -105,6 +105,11 @@ pub struct Defences {
     /// over a reservation. Off: every connection is logged as one, and RENEW heals whatever is
     /// reserved (5375106).
     pub reconnect_taint: bool,
+    /// A release proof counts for its own lease only (issue 37: `Watch::prove` takes the
+    /// lease, `Node::counts_for`); off: one proof slot per watch, so a proof that one lease
+    /// consumed makes the node count for every lease of the process (the binary before the
+    /// fix).
+    pub proof_per_lease: bool,
 }
 
 impl Defences {
@@ -119,6 +124,7 @@ impl Defences {
         attestation: true,
         blind: true,
         reconnect_taint: true,
+        proof_per_lease: true,
     };
 }
 
@@ -692,7 +698,33 @@ impl System {
         .is_some_and(|from| Us(now_us) >= from)
     }
 
-    /// `Node::counts(now)`: whether a yes of node `i` counts for sidecar `k` at local `now_us`.
+    /// The watch's proof slot of lease `j` (`Redlock`'s tag): one per lease, or one for all
+    /// with the defence off.
+    fn proof_tag(&self, j: usize) -> u64 {
+        match self.defences.proof_per_lease {
+            true => j as u64,
+            false => 0,
+        }
+    }
+
+    /// `Node::counts_for(lease, now)`: whether a yes of node `i` counts for lease `j` of sidecar
+    /// `k` at local `now_us` (also since that lease's release proof).
+    fn counts_for(&self, l: &Link, j: usize, now_us: i64) -> bool {
+        node::counts_from_at(
+            l.exclusion.as_ref(),
+            match self.defences.quarantine {
+                true => node::Quarantine::Enforced,
+                false => node::Quarantine::Ignored,
+            },
+            l.watch
+                .counts_from_for(&self.policy(), self.proof_tag(j))
+                .map(Us),
+        )
+        .is_some_and(|from| Us(now_us) >= from)
+    }
+
+    /// `Node::counts(now)`: whether a yes of node `i` counts for sidecar `k` at local `now_us`,
+    /// for any lease (no release proof: the attestations' check).
     fn counts(&self, l: &Link, now_us: i64) -> bool {
         node::counts_from_at(
             l.exclusion.as_ref(),
@@ -886,6 +918,17 @@ impl System {
             .links
             .iter()
             .filter(|l| self.counts(l, now_us))
+            .count()
+    }
+
+    /// How many nodes count sidecar `k`'s votes for lease `j` at its clock now (its release
+    /// proofs included).
+    pub fn counting_for(&self, s: &State, k: usize, j: usize) -> usize {
+        let now_us = self.clock(s, k);
+        s.sidecars[k]
+            .links
+            .iter()
+            .filter(|l| self.counts_for(l, j, now_us))
             .count()
     }
 
@@ -1147,7 +1190,7 @@ impl System {
         let mut false_proof = false;
         let j8 = j as u8;
         for i in 0..self.nodes {
-            let counts = self.counts(&c.links[i], now_us);
+            let counts = self.counts_for(&c.links[i], j, now_us);
             let proof = proof::may_prove(&c.leases[j].log, &value, i, valid, counts);
             let l = Arc::make_mut(&mut c.links[i]);
             // The invariant the proof rests on: nothing of this term can still arrive there.
@@ -1248,7 +1291,11 @@ impl System {
         let c = &s.sidecars[k];
         let value = (k as u8, c.leases[j].seq + 1);
         let proposed = c.leases[j].epoch_seen + 1;
-        let eligible: Vec<bool> = c.links.iter().map(|l| self.counts(l, now_us)).collect();
+        let eligible: Vec<bool> = c
+            .links
+            .iter()
+            .map(|l| self.counts_for(l, j, now_us))
+            .collect();
         let on_proof: Vec<bool> = c
             .links
             .iter()
@@ -1529,7 +1576,8 @@ impl System {
                     received_us: now_us,
                 };
                 self.observe_reading(s, k, i, reading);
-                let yes = matches!(res, 1 | 2) && self.counts(&s.sidecars[k].links[i], now_us);
+                let yes =
+                    matches!(res, 1 | 2) && self.counts_for(&s.sidecars[k].links[i], j, now_us);
                 if self.handovers {
                     s.sidecars[k].leases[j]
                         .log
@@ -1556,9 +1604,9 @@ impl System {
         {
             Arc::make_mut(&mut s.sidecars[k].links[i])
                 .watch
-                .prove(&run, now_us);
+                .prove(self.proof_tag(j), &run, now_us);
         }
-        let counts = self.counts(&s.sidecars[k].links[i], now_us);
+        let counts = self.counts_for(&s.sidecars[k].links[i], j, now_us);
         let check = self.defences.release_proof;
         let r = s.sidecars[k].leases[j].round.as_mut().unwrap();
         r.waiting[i] = false;

@@ -152,7 +152,7 @@ fn fleet(nodes: &[&Redis], window: Duration, sidecars: usize, shards: usize) -> 
         .collect();
     let last_start = started.elapsed();
     let (lo, hi) = (shards / sidecars, shards.div_ceil(sidecars));
-    let balanced = wait_for(Duration::from_secs(120), || {
+    let balanced = wait_for(Duration::from_secs(300), || {
         std::thread::sleep(Duration::from_millis(100));
         assignment(&fleet, shards).filter(|l| l.iter().all(|n| (lo..=hi).contains(n)))
     });

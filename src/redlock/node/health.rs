@@ -156,14 +156,22 @@ impl Node {
     /// Why this node's vote does not count at `now`, if it does not, and when it will (if
     /// nothing changes meanwhile; `None`: not by waiting).
     pub fn wait(&self, now: Instant) -> Option<(Wait, Option<Instant>)> {
+        self.wait_for(None, now)
+    }
+
+    /// [`Node::wait`] for one lease of the process ([`Node::counts_for`]), or for any (`None`).
+    pub fn wait_for(&self, lease: Option<u64>, now: Instant) -> Option<(Wait, Option<Instant>)> {
         if !self.is_up() {
             return Some((Wait::Unreachable, None));
         }
-        if self.counts(now) {
+        let from = match lease {
+            Some(lease) => self.counts_from_for(lease),
+            None => self.counts_from(),
+        };
+        if from.is_some_and(|from| now >= from) {
             return None;
         }
         let h = lock(&self.health);
-        let from = self.counts_from_locked(&h);
         let reason = match &h.exclusion {
             Some(Exclusion::Replica) => return Some((Wait::Replica, None)),
             Some(Exclusion::Evicting(_)) => return Some((Wait::EvictionPolicy, None)),

@@ -230,6 +230,25 @@ impl Node {
         )
     }
 
+    /// [`Node::counts`] for one lease of the process (`lease`: its [`crate::redlock::Redlock`]'s
+    /// tag): also since that lease's own release proof ([`Node::prove`]), which says nothing of
+    /// the other leases' keys on the node.
+    pub fn counts_for(&self, lease: u64, now: Instant) -> bool {
+        self.counts_from_for(lease).is_some_and(|from| now >= from)
+    }
+
+    /// [`Node::counts_from`] for one lease ([`Node::counts_for`]).
+    pub fn counts_from_for(&self, lease: u64) -> Option<Instant> {
+        let h = lock(&self.health);
+        counts_from_at(
+            h.exclusion.as_ref(),
+            self.quarantine,
+            h.clock
+                .counts_from_for(&self.clock_policy, lease)
+                .map(instant_of),
+        )
+    }
+
     /// From when a yes from this node would count if it came with a release proof (the clock
     /// watch need not have run for the window; everything else is as [`Node::counts_from`]).
     pub fn counts_with_proof_from(&self) -> Option<Instant> {
@@ -249,10 +268,12 @@ impl Node {
             .is_some_and(|from| now >= from)
     }
 
-    /// Take a release proof that server `run_id` gave in the reply that arrived at `received`
-    /// ([`clock::Watch::prove`]); true if the node counts from then on.
-    pub fn prove(&self, run_id: &str, received: Instant) -> bool {
-        lock(&self.health).clock.prove(run_id, mono_us(received))
+    /// Take a release proof that server `run_id` gave lease `lease` in the reply that arrived at
+    /// `received` ([`clock::Watch::prove`]); true if the node counts for that lease from then on.
+    pub fn prove(&self, lease: u64, run_id: &str, received: Instant) -> bool {
+        lock(&self.health)
+            .clock
+            .prove(lease, run_id, mono_us(received))
     }
 
     /// Whether the release-proof check is on (off only under the test-only switch).
