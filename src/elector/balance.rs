@@ -136,19 +136,19 @@ pub fn moved(
 ///   raise one leading fewer than ⌊M/R⌋ that no old replica can raise;
 /// - the shard given is the one that has moved least in the rollout ([`Seen::moved`]), then the
 ///   one led longest.
-pub fn plan(me: &str, shards: &[Seen], ready: Ready<'_>) -> Vec<(usize, String)> {
+pub fn plan<'a>(me: &'a str, shards: &[Seen], ready: Ready<'a>) -> Vec<(usize, String)> {
     let replicas = ready.ranks.keys().filter(|c| *c != me).count() + 1;
     let (floor, ceil) = (shards.len() / replicas, shards.len().div_ceil(replicas));
     let newest = ready.preferred(None);
     let is_new = |id: &str| newest.as_ref().is_none_or(|p| p.contains(id));
-    let me_new = is_new(me) || !ready.ranks.contains_key(me);
-    let targets = targets(me, shards, ready, |n, load| {
+    // The next move of `donor`, leading `n`, with the others leading `load`.
+    let next = |donor: &str, n: usize, load: &BTreeMap<&'a str, usize>| -> Option<&'a str> {
         let least = fewest(load, |_| true, &is_new)?;
         let raise = |t: usize| n > floor && t < floor && n >= t + 2;
         if newest.is_none() {
             return (n > ceil || raise(least.1)).then_some(least.0);
         }
-        if !me_new {
+        if !is_new(donor) {
             let over = load.iter().any(|(id, l)| is_new(id) && *l > ceil);
             if let Some((to, l)) = fewest(load, |id| is_new(id), &is_new)
                 && l < ceil
@@ -167,9 +167,57 @@ pub fn plan(me: &str, shards: &[Seen], ready: Ready<'_>) -> Vec<(usize, String)>
             .iter()
             .any(|(id, l)| *id != least.0 && !is_new(id) && *l > floor && *l >= least.1 + 2);
         (raise(least.1) && !an_old_one_can).then_some(least.0)
-    });
+    };
+    // Every replica's moves on this view, in identity order, until nobody moves: the same plan
+    // on every replica that sees the same, so replicas planning at once do not all hand shards
+    // to the same one. This sidecar's part is its own.
+    let mut load: BTreeMap<&'a str, usize> = ready.ranks.keys().map(|c| (c.as_str(), 0)).collect();
+    load.insert(me, 0);
+    for s in shards {
+        let holder = if s.mine {
+            Some(me)
+        } else {
+            s.holder.as_deref()
+        };
+        if let Some(n) = holder.and_then(|h| load.get_mut(h)) {
+            *n += 1;
+        }
+    }
+    let donors: Vec<&'a str> = load.keys().copied().collect();
+    let mut mine = Vec::new();
+    // Each round moves a shard or ends the plan; the rule converges well within this bound.
+    let mut budget = 4 * shards.len() + donors.len();
+    'rounds: loop {
+        let mut any = false;
+        for donor in &donors {
+            loop {
+                let n = load[donor];
+                if n == 0 || budget == 0 {
+                    break;
+                }
+                let others: BTreeMap<&'a str, usize> = load
+                    .iter()
+                    .filter(|(id, _)| *id != donor)
+                    .map(|(id, l)| (*id, *l))
+                    .collect();
+                let Some(to) = next(donor, n, &others) else {
+                    break;
+                };
+                budget -= 1;
+                *load.get_mut(donor).expect("a donor") -= 1;
+                *load.get_mut(to).expect("a candidate") += 1;
+                if *donor == me {
+                    mine.push(to);
+                }
+                any = true;
+            }
+        }
+        if !any || budget == 0 {
+            break 'rounds;
+        }
+    }
     let rolling = newest.is_some();
-    assign(shards, targets, |_| {
+    assign(shards, mine, |_| {
         if rolling {
             Order::LeastMovedLongestLed
         } else {
@@ -466,7 +514,8 @@ pub async fn balance(
         }
         let led = seen.iter().filter(|s| s.mine).count();
         for (i, to) in send(&shards, moves, every).await {
-            tracing::info!(shard = i, to = %to, led, "handed a shard over to balance the replicas");
+            let moved = seen[i].moved;
+            tracing::info!(shard = i, to = %to, led, moved, "handed a shard over to balance the replicas");
             recent.insert(i, (to, Instant::now()));
         }
         wait = quiet();
@@ -501,6 +550,7 @@ pub async fn spread_out(
     tracing::info!(
         shards = asked,
         handed_over = done.len(),
+        to = ?done,
         "shutting down: handed the shards over across the ready candidates"
     );
 }
@@ -679,6 +729,9 @@ mod tests {
         /// When the first replica of the new rank joined (the old ones' `began`).
         began: Option<u64>,
         clock: u64,
+        /// Every replica plans on the same view, and all the moves are made at once (replicas
+        /// whose quiet views end together), instead of one after the other.
+        together: bool,
     }
 
     fn at(t: u64) -> std::time::SystemTime {
@@ -703,6 +756,7 @@ mod tests {
                 moves: vec![0; m],
                 began: None,
                 clock: 0,
+                together: false,
             };
             f.settle(None);
             f.moves = vec![0; m];
@@ -767,6 +821,7 @@ mod tests {
                     order.shuffle(rng);
                 }
                 let mut any = false;
+                let mut at_once = Vec::new();
                 for me in &order {
                     let ready = self.ready();
                     let moves = plan(
@@ -777,8 +832,13 @@ mod tests {
                             prefer: self.prefer,
                         },
                     );
-                    any |= self.apply(moves);
+                    if self.together {
+                        at_once.extend(moves);
+                    } else {
+                        any |= self.apply(moves);
+                    }
                 }
+                any |= self.apply(at_once);
                 if !any {
                     let loads = self.loads();
                     let (max, min) = (loads.values().max(), loads.values().min());
@@ -860,10 +920,12 @@ mod tests {
         prefer: Prefer,
         stops: Stops,
         (old_name, new_name): (&str, &str),
+        together: bool,
     ) -> Fleet {
         use rand::SeedableRng;
         use rand::seq::SliceRandom;
         let mut fleet = Fleet::balanced(m, r, prefer, old_name);
+        fleet.together = together;
         let mut old: Vec<String> = fleet.live.clone();
         let mut rng = match stops {
             Stops::OldestFirst => None,
@@ -894,7 +956,7 @@ mod tests {
         // Today's rule (and what `prefer: none` keeps): a stopping replica's shards go to the
         // replicas leading the fewest, old or new; a shard given to an old one moves again.
         // (Old replicas a0..a4, new b0..b4: on equal loads the old sort first.)
-        let fleet = rolling_restart(32, 5, Prefer::None, Stops::OldestFirst, ("a", "b"));
+        let fleet = rolling_restart(32, 5, Prefer::None, Stops::OldestFirst, ("a", "b"), false);
         let h = fleet.histogram();
         println!("rank-blind, 32 shards over 5, oldest first: moves per shard {h:?}");
         assert!(h.keys().max() > Some(&2), "{h:?}");
@@ -915,15 +977,18 @@ mod tests {
             let mut orders = vec![Stops::OldestFirst, Stops::NewestFirst];
             orders.extend((0..30).map(Stops::Random));
             let mut total: BTreeMap<usize, usize> = BTreeMap::new();
-            // The new replicas' identities sorting after the old ones', and before.
-            for (stops, names) in orders
-                .into_iter()
-                .flat_map(|o| [(o, ("a", "b")), (o, ("b", "a"))])
-            {
-                let fleet = rolling_restart(m, r, Prefer::Newest, stops, names);
+            // The new replicas' identities sorting after the old ones', and before; the
+            // replicas planning one after the other, and all at once on the same view.
+            for (stops, names, together) in orders.into_iter().flat_map(|o| {
+                [("a", "b"), ("b", "a")]
+                    .into_iter()
+                    .flat_map(move |n| [(o, n, false), (o, n, true)])
+            }) {
+                let fleet = rolling_restart(m, r, Prefer::Newest, stops, names, together);
                 let h = fleet.histogram();
-                if matches!(stops, Stops::OldestFirst | Stops::NewestFirst) {
-                    let blind = rolling_restart(m, r, Prefer::None, stops, names).histogram();
+                if matches!(stops, Stops::OldestFirst | Stops::NewestFirst) && !together {
+                    let blind =
+                        rolling_restart(m, r, Prefer::None, stops, names, false).histogram();
                     println!(
                         "{m} shards over {r}, {stops:?}, old {}* new {}*: moves per shard {h:?} \
                          (rank-blind: {blind:?})",
@@ -932,13 +997,13 @@ mod tests {
                 }
                 assert!(
                     h.keys().all(|n| (1..=2).contains(n)),
-                    "{m} over {r}, {stops:?}, {names:?}: moves per shard {h:?}"
+                    "{m} over {r}, {stops:?}, {names:?}, together {together}: moves per shard {h:?}"
                 );
                 for (n, shards) in h {
                     *total.entry(n).or_default() += shards;
                 }
             }
-            println!("{m} shards over {r}, 64 rollouts: moves per shard {total:?}");
+            println!("{m} shards over {r}, 128 rollouts: moves per shard {total:?}");
         }
     }
 
@@ -971,6 +1036,7 @@ mod tests {
                     .map(|_| fleet.live[rng.random_range(0..r)].clone())
                     .collect();
                 fleet.began = Some(0);
+                fleet.together = rng.random_bool(0.5);
                 fleet.settle(Some(&mut rng));
             }
         }
