@@ -501,6 +501,13 @@ pub async fn balance(
         if now.saturating_duration_since(quiet_since) < wait {
             continue;
         }
+        // A shard with no holder known is in flight (released, its taker not seen yet): its
+        // taker looks lighter than it is. Plan once every holder is known, or after a long
+        // quiet (a shard nobody takes).
+        let unknown = seen.iter().any(|s| !s.mine && s.holder.is_none());
+        if unknown && now.saturating_duration_since(quiet_since) < every * 4 {
+            continue;
+        }
         let moves = plan(
             &me,
             &seen,
@@ -531,9 +538,21 @@ pub async fn spread_out(
     shards: &[Shard],
     prefer: Prefer,
     memory: &Shared,
+    settle: Duration,
     within: Duration,
 ) {
-    let (seen, ready) = seen(me, shards, &BTreeMap::new(), prefer, memory);
+    let within_settle = settle;
+    let within_send = within;
+    // A shard in flight (released, its taker not seen yet) makes its taker look lighter than
+    // it is: wait a little (a follower's watch period at most) for every holder to be known.
+    let until = Instant::now() + within_settle;
+    let (seen, ready) = loop {
+        let (seen, ready) = seen(me, shards, &BTreeMap::new(), prefer, memory);
+        if Instant::now() >= until || seen.iter().all(|s| s.mine || s.holder.is_some()) {
+            break (seen, ready);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let moves = spread(
         me,
         &seen,
@@ -546,7 +565,7 @@ pub async fn spread_out(
         return;
     }
     let asked = moves.len();
-    let done = send(shards, moves, within).await;
+    let done = send(shards, moves, within_send).await;
     tracing::info!(
         shards = asked,
         handed_over = done.len(),

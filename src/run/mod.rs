@@ -283,6 +283,8 @@ async fn run_with(
             &shards,
             config.lease.prefer,
             &memory,
+            // At most a follower's watch period, and never much of the shutdown budget.
+            config.lease.retry_every.min(Duration::from_millis(300)),
             config.redis.timeout * 2,
         )
         .await;
