@@ -161,8 +161,8 @@ pub struct CandidacyView {
     /// `lease.followApp`: other candidates whose records say ready (their apps healthy).
     pub healthy_candidates: Option<u32>,
     /// The candidates whose records, as last read, say ready (this sidecar's own included),
-    /// by identity: whom `lease.shards` balances over.
-    pub ready: Vec<String>,
+    /// by identity, with their ranks: whom `lease.shards` balances over, newest revision first.
+    pub ready: Vec<(String, Rank)>,
 }
 
 /// Which Redis nodes' votes count for this sidecar at a given instant, and when a quorum will.

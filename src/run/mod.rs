@@ -188,10 +188,13 @@ async fn run_with(
             })
             .collect(),
     };
+    let memory = balance::Shared::default();
     if !shards.is_empty() {
         tasks.spawn(balance::balance(
             config.identity.clone(),
             shards.clone(),
+            config.lease.prefer,
+            memory.clone(),
             config.lease.renew_every,
             stop.clone(),
         ));
@@ -283,7 +286,16 @@ async fn run_with(
     // over the survivors; what is left the electors release as they stop. A handover takes a
     // release round (bounded by redis.timeout), and leaves the rest of the budget to them.
     if !shards.is_empty() {
-        balance::spread_out(&config.identity, &shards, config.redis.timeout * 2).await;
+        balance::spread_out(
+            &config.identity,
+            &shards,
+            config.lease.prefer,
+            &memory,
+            // At most a follower's watch period, and never much of the shutdown budget.
+            config.lease.retry_every.min(Duration::from_millis(300)),
+            config.redis.timeout * 2,
+        )
+        .await;
     }
     shut_down(
         stop,

@@ -60,11 +60,11 @@ impl Machine {
         let follow = self.preference.follow_app.is_some();
         let app_healthy = follow.then_some(self.standing.app_healthy);
         let healthy_candidates = follow.then(|| self.healthy_candidates() as u32);
-        let ready_ids: Vec<String> = self
+        let ready_ids: Vec<(String, Rank)> = self
             .last_candidates
             .iter()
             .filter(|c| c.ready_for.is_some())
-            .map(|c| c.identity.clone())
+            .map(|c| (c.identity.clone(), c.rank.clone()))
             .collect();
         let view = match leading {
             Some(pending) => CandidacyView {
