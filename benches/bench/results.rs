@@ -66,7 +66,9 @@ pub struct Figure {
     pub section: String,
     /// What was measured, unique within the section.
     pub name: String,
-    /// The figure, in `unit`.
+    /// The figure, in `unit`. A figure that could not be measured (NaN, shown as `n/a`) is
+    /// written as JSON `null` and read back as NaN.
+    #[serde(deserialize_with = "nan_if_null")]
     pub value: f64,
     /// Its unit.
     pub unit: String,
@@ -313,4 +315,9 @@ fn git(args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `null` (how serde_json writes a NaN) as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
