@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::Prefer;
+use crate::config::{LeaseConfig, Prefer};
 
 pub use crate::k8s::standing::Standing;
 pub use crate::redlock::{GRACE_MARGIN, grace};
@@ -67,6 +67,16 @@ impl Timing {
             retry_every,
             stall_margin: (renew_every / 2).max(MIN_STALL_MARGIN),
             grid: None,
+        }
+    }
+
+    /// The timing of every elector of a process that starts at `now`: with several leases on
+    /// one grid from then, so that their rounds batch.
+    pub fn of_process(lease: &LeaseConfig, now: Instant) -> Self {
+        let timing = Timing::new(lease.ttl, lease.renew_every, lease.retry_every);
+        match lease.names.len() > 1 {
+            true => timing.on_grid(now),
+            false => timing,
         }
     }
 

@@ -171,9 +171,8 @@ pub struct Watch {
     /// proved that no live holder of *that lease's* key was left on the node (a grant that
     /// consumed the previous holder's release proof, [`Watch::prove`]): from then on the
     /// current watch counts for that lease, and that lease alone, without waiting for the
-    /// window. The proof says nothing of another lease's key on the node: a step of its clock
-    /// before the proof may have shortened that key unseen. Cleared whenever the watch begins
-    /// again (new server, long gap).
+    /// window (it says nothing of another lease's key, which an unseen step may have cut
+    /// short). Cleared whenever the watch begins again (new server, long gap).
     proved: Vec<(u64, i64)>,
     /// Which watch of this sidecar the current one is: counts every beginning (first reading of
     /// a server, a long gap). An attestation request names it, so a vouch for an earlier watch
@@ -322,15 +321,10 @@ impl Watch {
         self.counts_from_with(p, None)
     }
 
-    /// [`Watch::counts_from`] for lease `lease`: also since that lease's release proof
-    /// ([`Watch::prove`]).
+    /// [`Watch::counts_from`] for `lease`: also since its release proof ([`Watch::prove`]).
     pub fn counts_from_for(&self, p: &Policy, lease: u64) -> Option<i64> {
-        let proved = self
-            .proved
-            .iter()
-            .find(|(l, _)| *l == lease)
-            .map(|(_, at)| *at);
-        self.counts_from_with(p, proved)
+        let proved = self.proved.iter().find(|(l, _)| *l == lease);
+        self.counts_from_with(p, proved.map(|(_, at)| *at))
     }
 
     fn counts_from_with(&self, p: &Policy, proved_us: Option<i64>) -> Option<i64> {

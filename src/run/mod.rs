@@ -111,16 +111,7 @@ async fn run_with(
     let stop = CancellationToken::new();
     let serving = CancellationToken::new();
     let tasks = set.tasks().clone();
-    let timing = Timing::new(
-        config.lease.ttl,
-        config.lease.renew_every,
-        config.lease.retry_every,
-    );
-    // Several leases: their timers line up on one grid, so that their rounds batch.
-    let timing = match config.lease.names.len() > 1 {
-        true => timing.on_grid(tokio::time::Instant::now()),
-        false => timing,
-    };
+    let timing = Timing::of_process(&config.lease, tokio::time::Instant::now());
     let kube_settings = k8s::Settings::from_config(&config);
     let standing = start_pod_poller(&tasks, kube_settings.as_ref(), &metrics, &stop);
     let standing = with_health_url(&tasks, &config, standing, &stop);
