@@ -43,6 +43,8 @@ for a in "$@"; do
   [ "$prev" = "--only" ] && only=",$a,"
   prev="$a"
 done
+# --against compares the single-lease sections only: no control-plane section.
+for a in "$@"; do [[ "$a" == --against* ]] && only=",against,"; done
 if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",endpoints,"* ]]; then
   echo "== EndpointSlice switch after a handover, real control plane (20 handovers)" >&2
   scripts/control-plane.sh build > /dev/null

@@ -25,7 +25,7 @@ pub const SECTIONS: &[&str] = &[
 
 /// The benchmark suite of redlock-elector: real redis-servers and the release binary, every
 /// figure printed next to its target as met / not met.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "bench", bin_name = "cargo bench --bench bench --")]
 pub struct Opts {
     /// Few iterations (CI): figures are printed, nothing fails on timing.
@@ -40,6 +40,12 @@ pub struct Opts {
     /// Run only these sections (comma-separated).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(SECTIONS))]
     pub only: Option<Vec<String>>,
+    /// Run the single-lease sections (`handover`, `restart`, `failover`, `load`, or those of
+    /// `--only` among them) with this commit's binary too, built from git and kept under the
+    /// target directory, alternating with this tree's binary in one run, and print both with
+    /// their ratio (section `against`).
+    #[arg(long, value_name = "COMMIT")]
+    pub against: Option<String>,
     /// Passed by `cargo bench`; marks a benchmark run, like any option of ours.
     #[arg(long, hide = true)]
     pub bench: bool,

@@ -172,6 +172,36 @@ pub fn command_stats(node: &Redis) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
+/// `INFO cpu`: the CPU time the server has used, system and user, in seconds (getrusage, so
+/// finer than the clock ticks of `/proc`).
+pub fn redis_cpu_secs(node: &Redis) -> f64 {
+    let text = node.cli(&["INFO", "cpu"]).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            matches!(k, "used_cpu_sys" | "used_cpu_user").then(|| v.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// From `INFO commandstats`: the microseconds the node spent executing scripts (`EVALSHA`,
+/// `EVAL`; the commands inside them included), what a sidecar's calls cost it beside their
+/// reading and writing.
+pub fn script_usec(node: &Redis) -> u64 {
+    let text = node.cli(&["INFO", "commandstats"]).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            matches!(name, "evalsha" | "eval").then_some(())?;
+            rest.split(',')
+                .find_map(|f| f.strip_prefix("usec="))?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// From `INFO commandstats`: (commands clients sent, all commands including those run inside
 /// scripts). Client commands are the ones a sidecar sends at top level.
 pub fn command_counts(node: &Redis) -> (u64, u64) {

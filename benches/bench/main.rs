@@ -3,7 +3,7 @@
 //! side for the raw lock round trip. Real `redis-server` processes on loopback ports and the real
 //! release binary; every figure is printed next to its target as met / not met.
 //!
-//!   cargo bench --bench bench -- [--quick] [--json] [--only SECTION,...]
+//!   cargo bench --bench bench -- [--quick] [--json] [--only SECTION,...] [--against COMMIT]
 //!   ./scripts/bench.sh [--quick] [--json]
 //!
 //! Every run also writes the results file ([`results`]): a full or `--only` run updates
@@ -11,7 +11,8 @@
 //! `--quick` run writes the same under the target directory instead.
 //!
 //! Sections (`args::SECTIONS`): `acquire`, `tls`, `handover`, `restart`, `failover`, `rollout`, `load`,
-//! `fanout`, `footprint`, `fleet`, `shards`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's. `--quick` runs few
+//! `fanout`, `footprint`, `fleet`, `shards`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's;
+//! `--against COMMIT` runs the single-lease ones with that commit's binary too ([`against`]). `--quick` runs few
 //! iterations (CI); figures are printed, nothing ever fails on timing. The process exits
 //! non-zero only when the benchmark itself breaks (a sidecar that never leads, a missing
 //! `redis-server`). Run by `cargo test --all-targets` (a debug build, no arguments) it does
@@ -22,6 +23,7 @@
 //! hand-written clients the acquire figures are compared with, [`harness`] the bench's side of
 //! the test kit (`testkit`), [`scenarios`] one module per section.
 
+mod against;
 mod args;
 mod direct;
 mod floors;
@@ -64,7 +66,10 @@ fn main() {
         first_three(&load)
     );
     let started = Instant::now();
-    let rep = run_sections(&rt, &o);
+    let rep = match o.against.as_deref() {
+        Some(rev) => against::run(&o, rev, |sub| run_sections(&rt, sub)),
+        None => run_sections(&rt, &o),
+    };
     let load_after = loadavg();
     eprintln!(
         "== done in {:.0}s; load average now {}",

@@ -32,7 +32,9 @@ const ORDER: &[&str] = &[
     "footprint",
     "redis-load",
     "fleet",
+    "shards",
     "binary",
+    "against",
 ];
 
 /// Both files, as stored in figures.json.

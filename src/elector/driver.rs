@@ -305,6 +305,7 @@ impl<R: Rounds> Elector<R> {
             Command::Watch { record } => {
                 let w = rounds.watch(record.fields.as_ref(), record.life).await;
                 Some(Event::Watched {
+                    answered: w.candidates.is_some(),
                     held: w.held,
                     candidates: w.candidates,
                 })

@@ -128,6 +128,17 @@ impl NodeSet {
 /// The next lease's tag ([`Redlock`]'s `tag`), unique in the process.
 static NEXT_TAG: AtomicU64 = AtomicU64::new(0);
 
+/// A process with more leases than this watches the others' candidate records of each lease
+/// only on every [`BRIEF_EVERY`]-th watch.
+pub const BRIEF_ABOVE: usize = 8;
+/// How often a follower of many leases reads the other candidates' records of a lease: every
+/// this many watches (its own record is written on every one). Between, the lease's view keeps
+/// the records last read, judged by each new reply's `TIME`, so an expired record still drops
+/// out on time; a candidate that appeared since shows in the lease's view up to this many
+/// watch periods late (in the process's union of its leases' views, within one: a process's
+/// leases read in turn).
+pub const BRIEF_EVERY: u64 = 8;
+
 /// The lock protocol of one lease over all nodes.
 pub struct Redlock {
     /// The process's nodes, shared by every lease.
@@ -174,6 +185,14 @@ pub struct Redlock {
     /// Notified when a node begins to count sooner than its clock watch said (an attestation):
     /// this lease's own signal of the set's.
     counting: Arc<tokio::sync::Notify>,
+    /// A process of more than [`BRIEF_ABOVE`] leases: [`BRIEF_EVERY`]; otherwise 1 (every
+    /// watch reads every record).
+    brief_every: u64,
+    /// Watches so far, from this lease's tag (so the leases of one process read the records in
+    /// turn, not all in one period).
+    watches: AtomicU64,
+    /// Per node, the records the last full watch read ([`Redlock::watch`]).
+    records_seen: std::sync::Mutex<Vec<Option<candidates::NodeRecords>>>,
     /// Test-only `--unsafe-disable-reconnect-taint`: lock commands are not bound to a
     /// connection, a reconnect does not taint a node with a command out, and a renewal heals
     /// a missing key over a reservation for someone else (5375106).
@@ -191,6 +210,7 @@ impl Redlock {
     /// The lease `lease` over the process's nodes `set`; `metrics` carry its `lease` label.
     pub fn on(set: &Arc<NodeSet>, config: &Config, lease: &str, metrics: Metrics) -> Self {
         let key = format!("{}{}", config.lease.key_prefix, lease);
+        let tag = NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Redlock {
             epoch_key: format!("{key}:epoch"),
             channel: format!("{key}:released"),
@@ -209,7 +229,13 @@ impl Redlock {
             term_log: Arc::new(std::sync::Mutex::new(proof::TermLog::default())),
             watched_holder: std::sync::Mutex::new(String::new()),
             counting: set.counting.listener(),
-            tag: NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            tag,
+            brief_every: match config.lease.names.len() > BRIEF_ABOVE {
+                true => BRIEF_EVERY,
+                false => 1,
+            },
+            watches: AtomicU64::new(tag),
+            records_seen: std::sync::Mutex::new(vec![None; set.nodes.len()]),
             reconnect_taint_off: config.unsafe_switches.reconnect_taint_off,
         }
     }

@@ -212,8 +212,37 @@ local epoch = -1
 if holder ~= '' and holder ~= ARGV[8] then
   epoch = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
 end
-local all = redis.call('HGETALL', KEYS[2])
 local out = {now, pttl, holder, epoch, now}
+if ARGV[9] == '1' and ARGV[1] ~= '' then
+  local since = 0
+  if ARGV[3] == '1' then
+    since = now
+    local old = redis.call('HGET', KEYS[2], ARGV[1])
+    if old then
+      local oe, os = string.match(old, '^(%d+)|(%d+)|')
+      if oe and tonumber(oe) > now and tonumber(os) > 0 then
+        since = tonumber(os)
+      end
+    end
+  end
+  local life = tonumber(ARGV[2])
+  local value = string.format('%.0f|%.0f|%s|%s|%s|%s', now + life * 1000, since, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  redis.call('HSET', KEYS[2], ARGV[1], value)
+  if redis.call('PTTL', KEYS[2]) < life then
+    redis.call('PEXPIRE', KEYS[2], life)
+  end
+  out[#out + 1] = ARGV[1]
+  out[#out + 1] = value
+  local ids = redis.call('HKEYS', KEYS[2])
+  for i = 1, #ids do
+    if ids[i] ~= ARGV[1] then
+      out[#out + 1] = ids[i]
+      out[#out + 1] = ''
+    end
+  end
+  return out
+end
+local all = redis.call('HGETALL', KEYS[2])
 local old = nil
 local last = 0
 for i = 1, #all, 2 do
@@ -271,6 +300,15 @@ return out
 /// `HGETALL` (no `HGET`), and the hash is kept alive until its latest live record expires (one
 /// `PEXPIRE`, no `PTTL` of the hash): never shorter than [`CANDIDATES`] keeps it, since each of
 /// its records is among those live ones.
+///
+/// Brief (ARGV[9] = `1`, with an identity): the own record written as above, only the
+/// others' identities returned (each with an empty value: who withdrew is seen at once), and
+/// expired records not dropped (a full read does that): `{now, pttl, holder, epoch, now, id,
+/// value, id2, '', ...}`, the hash kept alive for a lifetime as [`CANDIDATES`] keeps it.
+/// Commands: `TIME`, `GET`, `PTTL` (when held), `GET` of the epoch (a new holder), `HGET`
+/// (only when ready), `HSET`, `PTTL` of the hash, `PEXPIRE` (only when shorter), `HKEYS`. A
+/// follower of many leases reads the others' records of each lease on every
+/// [`super::BRIEF_EVERY`]-th watch only ([`super::watch`]).
 pub const WATCH: &str = concat!(now_us!(), watch_body!());
 
 /// Several leases' rounds in one call (`lease.names`, `lease.shards`: [`super::node`]'s

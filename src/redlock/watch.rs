@@ -59,24 +59,46 @@ impl Redlock {
         }
         let known = lock_seen(&self.watched_holder).clone();
         args.push(&known);
+        // Brief: the own record only, the others' as the last full watch read them.
+        let turn = self.watches.fetch_add(1, Ordering::Relaxed);
+        let brief = mine.is_some()
+            && !turn.is_multiple_of(self.brief_every)
+            && lock_records(&self.records_seen).iter().all(Option::is_some);
+        args.push(if brief { "1" } else { "0" });
         let keys = [
             self.key.as_str(),
             self.candidates_key.as_str(),
             self.epoch_key.as_str(),
         ];
-        let answers: Vec<(KeySeen, candidates::NodeRecords)> = self
+        let (keys_ref, args_ref) = (&keys, &args);
+        let answers: Vec<(usize, KeySeen, candidates::NodeRecords)> = self
             .nodes
             .iter()
-            .map(|n| n.eval_joined(None, script, &keys, &args))
+            .enumerate()
+            .map(|(i, n)| async move { (i, n.eval_joined(None, script, keys_ref, args_ref).await) })
             .collect::<FuturesUnordered<_>>()
-            .filter_map(|r| async move { r.ok().map(|r| r.items).and_then(parse_watch) })
+            .filter_map(|(i, r)| async move {
+                let (seen, records) = r.ok().map(|r| r.items).and_then(parse_watch)?;
+                Some((i, seen, records))
+            })
             .collect()
             .await;
         let quorum = self.quorum();
         if answers.len() < quorum {
             return Watched::default();
         }
-        let (keys_seen, records): (Vec<KeySeen>, Vec<_>) = answers.into_iter().unzip();
+        let mut last = lock_records(&self.records_seen);
+        let (keys_seen, records): (Vec<KeySeen>, Vec<_>) = answers
+            .into_iter()
+            .map(|(i, seen, records)| match (brief, last[i].as_ref()) {
+                (true, Some(before)) => (seen, with_own(before, records)),
+                _ => {
+                    last[i] = Some(records.clone());
+                    (seen, records)
+                }
+            })
+            .unzip();
+        drop(last);
         let epoch = keys_seen.iter().filter_map(|k| k.epoch).max().unwrap_or(0);
         self.epoch_seen.fetch_max(epoch, Ordering::SeqCst);
         let held = held(self.nodes.len(), &keys_seen);
@@ -88,6 +110,36 @@ impl Redlock {
             candidates: Some(candidates::merge(&records, quorum)),
         }
     }
+}
+
+/// A brief reply (its `TIME`, the own record, the other identities still in the hash with
+/// empty values) over the records a full watch read `before`: the records read before of the
+/// identities still there, and the own one as just written. A record withdrawn since is gone;
+/// one that appeared since waits for the next full read.
+fn with_own(
+    before: &candidates::NodeRecords,
+    brief: candidates::NodeRecords,
+) -> candidates::NodeRecords {
+    let (own, present): (Vec<_>, Vec<_>) =
+        brief.entries.into_iter().partition(|(_, v)| !v.is_empty());
+    let mut entries: Vec<(String, String)> = before
+        .entries
+        .iter()
+        .filter(|(id, _)| present.iter().any(|(p, _)| p == id))
+        .filter(|(id, _)| !own.iter().any(|(o, _)| o == id))
+        .cloned()
+        .collect();
+    entries.extend(own);
+    candidates::NodeRecords {
+        now_us: brief.now_us,
+        entries,
+    }
+}
+
+fn lock_records(
+    m: &Mutex<Vec<Option<candidates::NodeRecords>>>,
+) -> std::sync::MutexGuard<'_, Vec<Option<candidates::NodeRecords>>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The holder value most nodes report (non-empty), if any.
@@ -217,5 +269,25 @@ mod tests {
         .expect("free");
         assert_eq!(free, key("", -2));
         assert_eq!(parse_watch(vec![Value::Int(1)]), None);
+    }
+
+    #[test]
+    fn a_brief_reply_keeps_the_records_read_before_of_those_still_there_and_the_own_one_new() {
+        let rec = |id: &str, v: &str| (id.to_string(), v.to_string());
+        let before = candidates::NodeRecords {
+            now_us: 1,
+            entries: vec![
+                rec("me", "old"),
+                rec("you", "yours"),
+                rec("gone", "withdrawn"),
+            ],
+        };
+        let brief = candidates::NodeRecords {
+            now_us: 2,
+            entries: vec![rec("me", "new"), rec("you", ""), rec("fresh", "")],
+        };
+        let merged = with_own(&before, brief);
+        assert_eq!(merged.now_us, 2);
+        assert_eq!(merged.entries, [rec("you", "yours"), rec("me", "new")]);
     }
 }

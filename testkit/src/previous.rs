@@ -167,11 +167,25 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
         text.contains("[package]\n")
             && text.contains(WORKSPACE)
             && !text.contains("[[bin]]")
-            && !text.contains("autobins")
-            && !text.contains("[profile"),
+            && !text.contains("autobins"),
         "the Cargo.toml of {commit} has another shape than testkit/src/previous.rs expects (a \
-         workspace of the package and testkit, an inferred bin, no profiles): adapt it"
+         workspace of the package and testkit, an inferred bin): adapt it"
     );
+    // Its profiles go: a member's would be ignored (with a warning), and the workspace around
+    // it takes this tree's.
+    let mut text = text;
+    while let Some(header) = text
+        .split('\n')
+        .find(|l| l.starts_with("[profile.") && l.ends_with(']'))
+        .map(str::to_string)
+    {
+        let without = replace_section(&text, &header, "");
+        assert!(
+            without != text,
+            "cannot remove {header} from the Cargo.toml of {commit}"
+        );
+        text = without;
+    }
     // The package: no bin, its `src/main.rs` as the example; no longer a workspace root. Its
     // dev-dependencies become this tree's dependencies and dev-dependencies, so the example's
     // build resolves every crate with exactly the features (and, with this tree's lock file,

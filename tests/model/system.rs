@@ -1055,6 +1055,7 @@ impl System {
                     Command::Watch { .. } => events.push_back(Event::Watched {
                         held: None,
                         candidates: None,
+                        answered: true,
                     }),
                     Command::ReadCandidates { .. } => {
                         let ready = to.map(|to| Candidate {

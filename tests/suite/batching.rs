@@ -86,6 +86,14 @@ fn ops() -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>)> {
             vec!["{p}b", "{p}b:cand", "{p}b:epoch"],
             vec!["you", "3000", "1", "0", "0", "0", "r1", ""],
         ),
+        // A brief watch of lease a (a follower of many leases, between full reads): its own
+        // record written and returned, "you"'s left in the hash unread (its identity alone
+        // returned).
+        (
+            "watch",
+            vec!["{p}a", "{p}a:cand", "{p}a:epoch"],
+            vec!["me", "3000", "1", "0", "0", "0", "r1", "me#1", "1"],
+        ),
         // A renewal of a released key whose node is reserved for a successor (3).
         (
             "renew",
@@ -160,7 +168,23 @@ fn a_batch_answers_each_op_as_its_own_script_would() {
     }
     assert_eq!(alone[0], ["2"], "healed");
     assert_eq!(alone[2], ["0"], "someone else's");
-    assert_eq!(alone[7], ["3"], "reserved");
+    assert_eq!(alone[8], ["3"], "reserved");
+    // The full watch of lease a read both records; the brief one only its own (the holder
+    // known, so no epoch), and the other record is still there, and the hash alive.
+    assert_eq!(alone[5], ["true", "me#1", "7", "me", "you"], "full watch");
+    assert_eq!(alone[7], ["true", "me#1", "-1", "me", "you"], "brief watch");
+    for p in ["alone:", "batch:"] {
+        let ids: Vec<String> = redis::cmd("HKEYS")
+            .arg(format!("{p}a:cand"))
+            .query(&mut raw)
+            .expect("HKEYS");
+        assert_eq!(ids.len(), 2, "{p}: {ids:?}");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{p}a:cand"))
+            .query(&mut raw)
+            .expect("PTTL");
+        assert!(ttl > 2000, "{p}: the hash lives on: {ttl} ms");
+    }
 }
 
 const LEASES: usize = 16;

@@ -18,26 +18,68 @@ use serde::Deserialize;
 
 use crate::args::Opts;
 use crate::common::{Redis, Sidecar, View, http};
-use crate::harness::{clock_ticks, command_counts, cpu_ticks, rss_kib, sidecar, wait_for};
+use crate::harness::{
+    clock_ticks, command_counts, cpu_ticks, redis_cpu_secs, rss_kib, script_usec, sidecar, wait_for,
+};
 use crate::report::{Report, Spec};
 
 const SECTION: &str = "shards";
 
-/// Commands/s on the nodes over a window: (top-level, all), each the mean over the nodes.
-fn rates(nodes: &[&Redis], window: Duration) -> (f64, f64) {
-    let before: Vec<(u64, u64)> = nodes.iter().map(|n| command_counts(n)).collect();
+/// What the nodes did over a window, each the mean over the nodes.
+#[derive(Clone, Copy, Default)]
+struct Rates {
+    /// Commands/s clients sent.
+    top: f64,
+    /// Commands/s, those inside scripts included.
+    all: f64,
+    /// The server's time executing scripts, µs per second (`INFO commandstats`).
+    exec_us: f64,
+    /// The server's CPU time, µs per second (`INFO cpu`): its idle work and the reading and
+    /// writing of the connections included (too coarse for one sidecar's share).
+    cpu_us: f64,
+}
+
+impl std::ops::Sub for Rates {
+    type Output = Rates;
+    fn sub(self, o: Rates) -> Rates {
+        Rates {
+            top: self.top - o.top,
+            all: self.all - o.all,
+            exec_us: self.exec_us - o.exec_us,
+            cpu_us: self.cpu_us - o.cpu_us,
+        }
+    }
+}
+
+fn rates(nodes: &[&Redis], window: Duration) -> Rates {
+    let read = || -> Vec<((u64, u64), u64, f64)> {
+        nodes
+            .iter()
+            .map(|n| (command_counts(n), script_usec(n), redis_cpu_secs(n)))
+            .collect()
+    };
+    let before = read();
     let t0 = Instant::now();
     std::thread::sleep(window);
-    let after: Vec<(u64, u64)> = nodes.iter().map(|n| command_counts(n)).collect();
+    let after = read();
     let secs = t0.elapsed().as_secs_f64();
     let n = nodes.len() as f64;
-    // Our own INFO commandstats at the start of the window, on each node.
-    let (mut top, mut all) = (0.0, 0.0);
+    // Our own three INFO calls at the start of the window (commandstats twice, then cpu) are
+    // counted in it, on each node; their CPU is in every window alike, so the baselines remove
+    // it.
+    let mut r = Rates::default();
     for (b, a) in before.iter().zip(&after) {
-        top += a.0.saturating_sub(b.0).saturating_sub(1) as f64 / secs;
-        all += a.1.saturating_sub(b.1).saturating_sub(1) as f64 / secs;
+        r.top += a.0.0.saturating_sub(b.0.0).saturating_sub(3) as f64 / secs;
+        r.all += a.0.1.saturating_sub(b.0.1).saturating_sub(3) as f64 / secs;
+        r.exec_us += a.1.saturating_sub(b.1) as f64 / secs;
+        r.cpu_us += (a.2 - b.2) * 1e6 / secs;
     }
-    (top / n, all / n)
+    Rates {
+        top: r.top / n,
+        all: r.all / n,
+        exec_us: r.exec_us / n,
+        cpu_us: r.cpu_us / n,
+    }
 }
 
 /// `GET /leases`, the fields read here.
@@ -84,9 +126,9 @@ fn leases_flags(n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Part 1: (leader, follower) of one lease and of `n` leases, top-level and all commands/s per
-/// node each: [(top, all); 4] in the order one-leader, one-follower, n-leader, n-follower.
-fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [(f64, f64); 4] {
+/// Part 1: (leader, follower) of one lease and of `n` leases, what each adds to a node, in the
+/// order one-leader, one-follower, n-leader, n-follower.
+fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [Rates; 4] {
     let settle = Duration::from_secs(3);
     let base = rates(nodes, window);
     let a = sidecar("one-a", "one", nodes, &[]);
@@ -124,12 +166,11 @@ fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [(f64, f64)
     .expect("many-b follows every lease");
     std::thread::sleep(settle);
     let many_both = rates(nodes, window);
-    let minus = |x: (f64, f64), y: (f64, f64)| (x.0 - y.0, x.1 - y.1);
     [
-        minus(led, base),
-        minus(both, led),
-        minus(many_led, base_n),
-        minus(many_both, many_led),
+        led - base,
+        both - led,
+        many_led - base_n,
+        many_both - many_led,
     ]
 }
 
@@ -141,6 +182,7 @@ struct Fleet {
     all: f64,
     cpu: f64,
     rss: f64,
+    redis_cpu: f64,
 }
 
 fn fleet(nodes: &[&Redis], window: Duration, sidecars: usize, shards: usize) -> Fleet {
@@ -152,8 +194,11 @@ fn fleet(nodes: &[&Redis], window: Duration, sidecars: usize, shards: usize) -> 
         .collect();
     let last_start = started.elapsed();
     let (lo, hi) = (shards / sidecars, shards.div_ceil(sidecars));
+    // Each look asks every sidecar for all its shards: at 30 × 256, ten looks a second would be
+    // 300 answers of 256 shards each, a load of its own on the machine being measured.
+    let look_every = Duration::from_millis(if sidecars * shards > 1000 { 1000 } else { 100 });
     let balanced = wait_for(Duration::from_secs(300), || {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(look_every);
         assignment(&fleet, shards).filter(|l| l.iter().all(|n| (lo..=hi).contains(n)))
     });
     let balanced_after = balanced.as_ref().map(|_| started.elapsed() - last_start);
@@ -161,7 +206,9 @@ fn fleet(nodes: &[&Redis], window: Duration, sidecars: usize, shards: usize) -> 
     let pids: Vec<u32> = fleet.iter().map(Sidecar::pid).collect();
     let k0: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).collect();
     let t0 = Instant::now();
-    let (top, all) = rates(nodes, window);
+    let Rates {
+        top, all, cpu_us, ..
+    } = rates(nodes, window);
     let secs = t0.elapsed().as_secs_f64();
     let k1: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).collect();
     let cpu = k0
@@ -183,6 +230,7 @@ fn fleet(nodes: &[&Redis], window: Duration, sidecars: usize, shards: usize) -> 
         all,
         cpu,
         rss,
+        redis_cpu: cpu_us / 1e4,
     }
 }
 
@@ -203,49 +251,49 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
     push(
         rep,
         "1 lease, leader: top-level commands/s per node",
-        one_l.0,
+        one_l.top,
         note,
     );
     push(
         rep,
         "1 lease, leader: all commands/s per node",
-        one_l.1,
+        one_l.all,
         "inside scripts included",
     );
     push(
         rep,
         "1 lease, follower: top-level commands/s per node",
-        one_f.0,
+        one_f.top,
         "",
     );
     push(
         rep,
         "1 lease, follower: all commands/s per node",
-        one_f.1,
+        one_f.all,
         "",
     );
     push(
         rep,
         &format!("{N} leases, leader: top-level commands/s per node"),
-        many_l.0,
+        many_l.top,
         "one sidecar leading all",
     );
     push(
         rep,
         &format!("{N} leases, leader: all commands/s per node"),
-        many_l.1,
+        many_l.all,
         "",
     );
     push(
         rep,
         &format!("{N} leases, follower: top-level commands/s per node"),
-        many_f.0,
+        many_f.top,
         "one sidecar following all",
     );
     push(
         rep,
         &format!("{N} leases, follower: all commands/s per node"),
-        many_f.1,
+        many_f.all,
         "",
     );
     // No command at all in a short (quick) window: no ratio, rather than a division by zero.
@@ -254,7 +302,7 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
         SECTION,
         Spec::at_most(
             &format!("{N} leases / 1 lease, leader: top-level commands"),
-            ratio(many_l.0, one_l.0),
+            ratio(many_l.top, one_l.top),
             "×",
             2.0,
             "issue 37: at most 2× one lease, leading or following",
@@ -264,7 +312,7 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
         SECTION,
         Spec::at_most(
             &format!("{N} leases / 1 lease, follower: top-level commands"),
-            ratio(many_f.0, one_f.0),
+            ratio(many_f.top, one_f.top),
             "×",
             2.0,
             "",
@@ -274,7 +322,7 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
         SECTION,
         Spec::info(
             &format!("{N} leases / 1 lease, leader: all commands"),
-            ratio(many_l.1, one_l.1),
+            ratio(many_l.all, one_l.all),
             "×",
             "each lease's key is still touched every period, inside the one call",
         ),
@@ -283,11 +331,44 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
         SECTION,
         Spec::info(
             &format!("{N} leases / 1 lease, follower: all commands"),
-            ratio(many_f.1, one_f.1),
+            ratio(many_f.all, one_f.all),
             "×",
             "",
         ),
     );
+    let us = "µs/s";
+    for (what, r) in [
+        ("1 lease, leader", one_l),
+        ("1 lease, follower", one_f),
+        (&format!("{N} leases, leader"), many_l),
+        (&format!("{N} leases, follower"), many_f),
+    ] {
+        let note = if what == "1 lease, leader" {
+            "INFO commandstats usec of EVALSHA/EVAL, node mean; the calls' I/O not included"
+        } else {
+            ""
+        };
+        rep.push(
+            SECTION,
+            Spec::info(
+                &format!("{what}: Redis time in scripts per node"),
+                r.exec_us,
+                us,
+                note,
+            ),
+        );
+    }
+    for (what, many, one) in [("leader", many_l, one_l), ("follower", many_f, one_f)] {
+        rep.push(
+            SECTION,
+            Spec::info(
+                &format!("{N} leases / 1 lease, {what}: Redis time in scripts"),
+                ratio(many.exec_us, one.exec_us),
+                "×",
+                "",
+            ),
+        );
+    }
     let big = if o.quick { 10 } else { 30 };
     for (sidecars, shards) in [(3, 64), (big, 256)] {
         eprintln!("  {sidecars} sidecars × {shards} shards");
@@ -337,6 +418,15 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
         rep.push(
             SECTION,
             Spec::info(&format!("{name}: sidecar RSS (mean)"), f.rss, "MiB", ""),
+        );
+        rep.push(
+            SECTION,
+            Spec::info(
+                &format!("{name}: Redis CPU per node"),
+                f.redis_cpu,
+                "% core",
+                "INFO cpu, node mean, the idle node included",
+            ),
         );
     }
 }

@@ -71,6 +71,9 @@ pub enum Event {
         held: Option<Observed>,
         /// The candidates read beside it.
         candidates: Option<Vec<Candidate>>,
+        /// A quorum of nodes answered. `false`: nothing is known (not that the lease is free),
+        /// and an attempt now would most likely go unanswered too.
+        answered: bool,
     },
     /// [`Command::Renew`] finished: the new deadline if a quorum renewed in time.
     Renewed {

@@ -121,6 +121,9 @@ struct Schedule {
     next_attempt: Instant,
     /// Split votes in a row.
     fast_streak: u32,
+    /// Attempts in a row that no node answered, up to [`follower::ERROR_DOUBLINGS`] + 1: each
+    /// doubles the wait before the next ([`follower::ERROR_DOUBLINGS`] at most).
+    error_streak: u32,
     /// Until when a requested step-down keeps this sidecar from contending.
     cooldown_until: Option<Instant>,
     /// A release notice naming this sidecar ends the cool-down: after `run`'s command exited
@@ -187,6 +190,7 @@ impl Machine {
             schedule: Schedule {
                 next_attempt: now,
                 fast_streak: 0,
+                error_streak: 0,
                 cooldown_until: None,
                 cooldown_named_ends: false,
                 free_since: None,
@@ -303,7 +307,11 @@ impl Machine {
                 outcome,
                 candidates,
             } => self.attempted(cx, outcome, candidates),
-            Event::Watched { held, candidates } => self.watched(cx, held, candidates),
+            Event::Watched {
+                held,
+                candidates,
+                answered,
+            } => self.watched(cx, held, candidates, answered),
             Event::Renewed {
                 deadline,
                 candidates,

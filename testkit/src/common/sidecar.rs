@@ -111,6 +111,9 @@ pub struct Sidecar {
 pub fn binary() -> &'static str {
     use std::sync::OnceLock;
     static BIN: OnceLock<String> = OnceLock::new();
+    if let Some(chosen) = *CHOSEN.read().unwrap_or_else(|e| e.into_inner()) {
+        return chosen;
+    }
     BIN.get_or_init(|| {
         let path = match std::env::var_os("REDLOCK_ELECTOR_BIN") {
             Some(p) => PathBuf::from(p),
@@ -125,6 +128,17 @@ pub fn binary() -> &'static str {
         );
         path.to_string_lossy().into_owned()
     })
+}
+
+/// The binary [`use_binary`] chose, if any.
+static CHOSEN: std::sync::RwLock<Option<&'static str>> = std::sync::RwLock::new(None);
+
+/// Start `bin` wherever [`binary`] would be started, in this whole process, until called again
+/// (`None`: back to the built one). The bench's `--against` runs the same sections with another
+/// commit's binary this way. The path is leaked: a process calls this a few times.
+pub fn use_binary(bin: Option<&std::path::Path>) {
+    let leaked = bin.map(|p| &*Box::leak(p.to_string_lossy().into_owned().into_boxed_str()));
+    *CHOSEN.write().unwrap_or_else(|e| e.into_inner()) = leaked;
 }
 
 impl Sidecar {

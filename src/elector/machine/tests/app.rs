@@ -57,6 +57,7 @@ fn run_until(b: &mut Bench, until: Instant, candidates: &[Candidate]) -> Vec<Com
             Command::Watch { .. } => Some(Event::Watched {
                 held: None,
                 candidates: Some(candidates.to_vec()),
+                answered: true,
             }),
             _ => None,
         });
@@ -118,6 +119,7 @@ fn a_leader_whose_app_stays_unhealthy_for_the_grace_hands_over_to_a_healthy_cand
         seen.extend(b.feed(Event::Watched {
             held: None,
             candidates: Some(healthy_one()),
+            answered: true,
         }));
     }
     let released = b.now;
@@ -217,6 +219,7 @@ fn a_follower_whose_app_is_unhealthy_defers_to_a_healthy_candidate_but_takes_a_l
         out = b.feed(Event::Watched {
             held: None,
             candidates: Some(vec![]),
+            answered: true,
         });
     } else {
         out = b.fire();

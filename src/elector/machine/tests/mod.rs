@@ -260,6 +260,7 @@ fn a_follower_watches_while_someone_holds_the_lease_and_split_votes_retry_fast()
             free_in: Some(TTL),
         }),
         candidates: Some(vec![]),
+        answered: true,
     });
     let next = b.m.poll_timeout().unwrap() - before;
     assert!(next >= Duration::from_millis(750) && next < Duration::from_millis(950));
@@ -268,6 +269,7 @@ fn a_follower_watches_while_someone_holds_the_lease_and_split_votes_retry_fast()
     let out = b.feed(Event::Watched {
         held: None,
         candidates: None,
+        answered: true,
     });
     assert_eq!(attempts(&out), [false]);
     // A split vote: three fast retries (1..15 ms), then the retry period.
@@ -289,6 +291,81 @@ fn a_follower_watches_while_someone_holds_the_lease_and_split_votes_retry_fast()
 }
 
 #[test]
+fn attempts_that_no_node_answers_back_off_to_four_retry_periods_and_an_answer_resets_it() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    b.fire();
+    b.feed(Event::Watched {
+        held: None,
+        candidates: None,
+        answered: true,
+    });
+    // The retry period is 1 s, jittered 0.75..1.25: 1, 2, 4, then 4 periods again (never more),
+    // also within the first ttl (no quick recheck of the record: none could be written).
+    let ms = |d: Duration| d.as_millis();
+    for periods in [1, 2, 4, 4, 4] {
+        let at = b.now;
+        b.feed(Event::Attempted {
+            outcome: Acquire::Error,
+            candidates: None,
+        });
+        let wait = b.m.poll_timeout().unwrap() - at;
+        let (lo, hi) = (750 * periods, 1250 * periods);
+        assert!((lo..hi).contains(&ms(wait)), "{periods} periods: {wait:?}");
+        assert_eq!(attempts(&b.fire()), [false]);
+    }
+    // An answered attempt (here a split vote past its fast retries) starts the count again.
+    b.m.schedule.fast_streak = FAST_RETRIES;
+    b.feed(Event::Attempted {
+        outcome: Acquire::NoQuorum(Observed::default()),
+        candidates: Some(vec![]),
+    });
+    b.fire();
+    let at = b.now;
+    b.feed(Event::Attempted {
+        outcome: Acquire::Error,
+        candidates: None,
+    });
+    let wait = b.m.poll_timeout().unwrap() - at;
+    assert!((750..1250).contains(&ms(wait)), "{wait:?}");
+}
+
+#[test]
+fn a_watch_too_few_nodes_answered_is_no_reason_to_attempt_the_follower_watches_again_later() {
+    let mut b = Bench::new(Prefer::None);
+    b.follow("old");
+    assert!(matches!(b.fire()[..], [Command::Watch { .. }]));
+    let at = b.now;
+    let out = b.feed(Event::Watched {
+        held: None,
+        candidates: None,
+        answered: false,
+    });
+    assert_eq!(attempts(&out), Vec::<bool>::new());
+    let wait = b.m.poll_timeout().unwrap() - at;
+    assert!(wait >= Duration::from_millis(750), "{wait:?}");
+    // The next wake watches again (someone was last seen holding it), and the one after a
+    // second unanswered watch waits twice as long.
+    assert!(matches!(b.fire()[..], [Command::Watch { .. }]));
+    let at = b.now;
+    b.feed(Event::Watched {
+        held: None,
+        candidates: None,
+        answered: false,
+    });
+    let wait = b.m.poll_timeout().unwrap() - at;
+    assert!(wait >= Duration::from_millis(1500), "{wait:?}");
+    // Answered and free: attempt at once.
+    b.fire();
+    let out = b.feed(Event::Watched {
+        held: None,
+        candidates: Some(vec![]),
+        answered: true,
+    });
+    assert_eq!(attempts(&out), [false]);
+}
+
+#[test]
 fn an_attempt_denied_by_reservations_retries_when_they_expire_not_a_retry_later() {
     let mut b = Bench::new(Prefer::None);
     b.follow("old");
@@ -296,6 +373,7 @@ fn an_attempt_denied_by_reservations_retries_when_they_expire_not_a_retry_later(
     b.feed(Event::Watched {
         held: None,
         candidates: None,
+        answered: true,
     });
     // Past the fast retries of a split vote, a loss to reservations that end in 40 ms retries
     // at their end (+ 1..8 ms), not at the retry period (750..1250 ms).
@@ -336,6 +414,7 @@ fn a_follower_acts_at_once_when_a_quorum_counts_sooner_than_its_watch_said() {
             free_in: Some(TTL),
         }),
         candidates: Some(vec![]),
+        answered: true,
     });
     let scheduled = b.m.poll_timeout().unwrap();
     assert!(
