@@ -10,11 +10,18 @@
 //!
 //! Three changes to the extracted tree make sharing the target directory work; the code
 //! compiled is the commit's own:
-//! - It becomes the member `previous/` of a workspace `target/previous-<commit>/workspace`
-//!   (same lock file, same resolver). Cargo names a path package's artifacts by its name,
-//!   version and path *relative to its workspace root*; as a workspace root itself, the old
-//!   `redlock-elector` (and `testkit`) would get exactly the file names of this tree's own,
-//!   overwrite them, and leave this tree's next `cargo test` linking the old library.
+//! - It becomes the member `previous-<commit>/` of a workspace
+//!   `target/previous-<commit>/workspace` (same lock file, same resolver). Cargo names a path
+//!   package's artifacts, and keeps its fingerprints, by its name, version and path *relative to
+//!   its workspace root*; as a workspace root itself, the old `redlock-elector` (and `testkit`)
+//!   would get exactly the file names of this tree's own, overwrite them, and leave this tree's
+//!   next `cargo test` linking the old library. The member's name carries the commit for the
+//!   same reason: with one name (`previous/`) for every commit, a second commit found the
+//!   first one's fingerprint, whose recorded sources (the first commit's files) had not changed,
+//!   and cargo called the example fresh: the "build" of another commit with the same
+//!   dependencies returned the first one's binary (found in November 2026: four commits'
+//!   cached binaries were one file). [`build`] also refuses a binary identical to another
+//!   commit's.
 //! - Its `src/main.rs` is built as an *example* named `redlock-elector` (`autobins = false`):
 //!   cargo links a bin to `target/<profile>/redlock-elector`, the very file the running suite
 //!   starts as the new release, and an example goes to `target/<profile>/examples/`.
@@ -79,6 +86,7 @@ pub fn build(commit: &str) -> Built {
     let built = cargo_build(&workspace, &target, profile_name == "release");
     // Copied (cargo may replace its own copy later) under a private name, then renamed: two
     // test processes may build at once.
+    refuse_another_commits(&target, commit, &profile_name, &built);
     let tmp = out.join(format!("redlock-elector.{}", std::process::id()));
     std::fs::copy(&built, &tmp)
         .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", built.display(), tmp.display()));
@@ -91,6 +99,36 @@ pub fn build(commit: &str) -> Built {
     }
 }
 
+/// Panic if `built` is byte for byte the cached binary of another commit under `target`: cargo
+/// took that commit's build for this one's (see the module doc), and every comparison with it
+/// would compare a binary with itself.
+fn refuse_another_commits(target: &Path, commit: &str, profile: &str, built: &Path) {
+    let ours =
+        std::fs::read(built).unwrap_or_else(|e| panic!("cannot read {}: {e}", built.display()));
+    let Ok(dirs) = std::fs::read_dir(target) else {
+        return;
+    };
+    for dir in dirs.flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        let Some(other) = name.strip_prefix("previous-") else {
+            continue;
+        };
+        let theirs = dir.path().join(profile).join("redlock-elector");
+        if other == commit || !theirs.is_file() {
+            continue;
+        }
+        assert!(
+            std::fs::read(&theirs).ok().as_deref() != Some(ours.as_slice()),
+            "the build of {commit} gave {}, the very binary cached for {other} at {}: cargo \
+             reused another commit's artifacts. Remove {} and {} and build again",
+            built.display(),
+            theirs.display(),
+            target.join(format!("previous-{commit}")).display(),
+            dir.path().display(),
+        );
+    }
+}
+
 /// `git` in this repository.
 fn git(args: &[&str]) -> Command {
     let mut cmd = Command::new("git");
@@ -98,13 +136,23 @@ fn git(args: &[&str]) -> Command {
     cmd
 }
 
-/// The commit's tree as the member `previous/` of a workspace `<dir>/workspace` (see the module
-/// doc), its `src/main.rs` declared as the example `redlock-elector`. Extracted once; a partial
-/// extraction never gets that name.
+/// The workspace member's directory for `commit`: the commit in its name, so that each commit's
+/// package has artifacts and fingerprints of its own (see the module doc).
+fn member(commit: &str) -> String {
+    format!("previous-{}", &commit[..commit.len().min(12)])
+}
+
+/// The commit's tree as the member `previous-<commit>/` ([`member`]) of a workspace
+/// `<dir>/workspace` (see the module doc), its `src/main.rs` declared as the example
+/// `redlock-elector`. Extracted once; a partial extraction never gets that name.
 fn extract(commit: &str, dir: &Path) -> PathBuf {
     let workspace = dir.join("workspace");
     if workspace.join("Cargo.lock").is_file() {
-        return workspace;
+        if workspace.join(member(commit)).is_dir() {
+            return workspace;
+        }
+        // Extracted by an older version of this file (the member `previous/`): again.
+        let _ = std::fs::remove_dir_all(&workspace);
     }
     let found = git(&[
         "rev-parse",
@@ -129,7 +177,7 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
         crate::repo().display()
     );
     let partial = dir.join(format!("workspace.{}", std::process::id()));
-    let tree = partial.join("previous");
+    let tree = partial.join(member(commit));
     let _ = std::fs::remove_dir_all(&partial);
     std::fs::create_dir_all(&tree)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", tree.display()));
@@ -210,10 +258,12 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
     write(
         &partial.join("Cargo.toml"),
         &format!(
-            "# Added by testkit/src/previous.rs: the previous release as a member `previous/`, so its\n\
-             # artifacts do not collide with this tree's in a shared target directory.\n\
-             [workspace]\nmembers = [\"previous\", \"previous/testkit\"]\nresolver = \"3\"\n{}",
-            profiles(&current)
+            "# Added by testkit/src/previous.rs: the commit as a member `{m}/`, so that its\n\
+             # artifacts collide neither with this tree's nor with another commit's in a shared\n\
+             # target directory.\n\
+             [workspace]\nmembers = [\"{m}\", \"{m}/testkit\"]\nresolver = \"3\"\n{}",
+            profiles(&current),
+            m = member(commit),
         ),
     );
     std::fs::copy(crate::repo().join("Cargo.lock"), partial.join("Cargo.lock"))
