@@ -832,14 +832,6 @@ fn app_state_file(cp: &ControlPlane, pod: &Pod, file: &str, present: bool) {
 /// formats it: "lost leadership" before the release leaves, "became leader" after the successor's
 /// acquire came back, both by the node's one realtime clock.
 fn terms_from_logs(rn: &RealNode) -> Vec<(String, u64, Timestamp, Option<Timestamp>)> {
-    let token = |l: &str| -> u64 {
-        let t = l.split("\"token\":").nth(1).expect("a token field");
-        t.chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .unwrap()
-    };
     let mut terms = vec![];
     for p in rn.pods() {
         let n = name(&p);
@@ -852,9 +844,18 @@ fn terms_from_logs(rn: &RealNode) -> Vec<(String, u64, Timestamp, Option<Timesta
             if !began && !lost {
                 continue;
             }
-            let at = own_timestamp(l).unwrap_or_else(|| panic!("no own timestamp in {l}"));
+            // The JSON after the runtime's prefix (timestamp, stream, tag).
+            let v: serde_json::Value = l
+                .find('{')
+                .and_then(|i| serde_json::from_str(&l[i..]).ok())
+                .unwrap_or_else(|| panic!("not a JSON log line: {l}"));
+            let at: Timestamp = v["timestamp"]
+                .as_str()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("no own timestamp in {l}"));
             if began {
-                open = Some((token(l), at));
+                let token = v["token"].as_u64().expect("a token field");
+                open = Some((token, at));
             } else if let Some((tok, from)) = open.take() {
                 terms.push((n.clone(), tok, from, Some(at)));
             }
@@ -865,14 +866,6 @@ fn terms_from_logs(rn: &RealNode) -> Vec<(String, u64, Timestamp, Option<Timesta
     }
     terms.sort_by_key(|t| t.2);
     terms
-}
-
-/// The `timestamp` field of a sidecar's JSON log line (the sidecar's clock when it formatted the
-/// line).
-fn own_timestamp(line: &str) -> Option<Timestamp> {
-    let json = &line[line.find('{')?..];
-    let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    v.get("timestamp")?.as_str()?.parse().ok()
 }
 
 /// Wait until every live pod's sidecar says its app is `healthy` (or not).
