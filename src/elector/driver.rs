@@ -66,6 +66,9 @@ pub struct Elector<R = Live> {
     /// Set while a process runs under the term (`redlock-elector run`'s command): a release
     /// waits until it is clear, so the lease never passes on while that process lives.
     gate: Option<watch::Receiver<bool>>,
+    /// The latest hand-over asked for a shard: to whom, and how often the shard has moved in
+    /// a rollout (its release notice carries that).
+    handing: Option<(String, u8)>,
 }
 
 /// Handles the rest of the process needs.
@@ -135,6 +138,7 @@ impl<R: Rounds> Elector<R> {
             health: health.clone(),
             metrics,
             gate: None,
+            handing: None,
         };
         let handles = Handles {
             leadership: rx,
@@ -242,6 +246,7 @@ impl<R: Rounds> Elector<R> {
                 Some(request) = self.requests.recv() => {
                     next_request += 1;
                     let (reason, to) = (request.reason, request.successor.clone());
+                    self.handing = to.clone().zip(request.moved);
                     requests.push((next_request, request));
                     match to {
                         Some(to) => Event::HandOver(next_request, to),
@@ -335,8 +340,14 @@ impl<R: Rounds> Elector<R> {
                 Some(Event::Candidates(rounds.records(None, life).await))
             }
             Command::Release { lease, successor } => {
+                // A shard's count of moves goes only with the hand-over that asked for it.
+                let moved = self
+                    .handing
+                    .take()
+                    .filter(|(to, _)| Some(to) == successor.as_ref())
+                    .map(|(_, m)| m);
                 if gate_clear(&mut self.gate, lease.deadline).await {
-                    rounds.hand_over(&lease, successor.as_deref()).await;
+                    rounds.hand_over(&lease, successor.as_deref(), moved).await;
                 } else {
                     tracing::error!(
                         token = lease.token,

@@ -169,7 +169,7 @@ impl Rounds for Memory {
         }
     }
 
-    async fn hand_over(&self, lease: &Lease, successor: Option<&str>) {
+    async fn hand_over(&self, lease: &Lease, successor: Option<&str>, moved: Option<u8>) {
         let now = Instant::now();
         let subscribers = {
             let mut w = self.world();
@@ -179,7 +179,7 @@ impl Rounds for Memory {
             w.reserved = successor.map(|s| (s.to_string(), now + Duration::from_millis(75)));
             w.subscribers.clone()
         };
-        let payload = candidates::notice_payload(&lease.value, successor);
+        let payload = candidates::notice_payload(&lease.value, successor, moved);
         for _ in 0..NODES {
             for n in &subscribers {
                 n.post(&payload);
@@ -346,6 +346,43 @@ mod tests {
         assert_eq!(b, ["write b", "withdraw b"]);
         assert!(!w.records.contains_key("b"));
         assert!(w.key.is_none());
+    }
+
+    /// A shard handed over to balance: the driver puts the count of moves the balancer gave
+    /// into the release notice, and the named successor's notices hold it for the balancer
+    /// ([`crate::elector::balance`]); a step-down the app asked for carries none.
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_over_tells_the_successor_how_often_the_shard_moved() {
+        let world = World::shared();
+        let (ha, stop_a, task_a) = start(&world, "a");
+        until_leader(&ha).await;
+        let (hb, stop_b, task_b) = start(&world, "b");
+        hb.leadership
+            .clone()
+            .wait_for(|l| l.leader.as_deref() == Some("a"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+
+        let (request, rx) = StepDownRequest::hand_over("b".into(), 1);
+        ha.step_down.send(request).await.unwrap();
+        assert_eq!(rx.await.unwrap(), StepDown::Released);
+        until_leader(&hb).await;
+        assert_eq!(hb.notices.moved_for("b"), Some(1));
+        assert_eq!(hb.notices.moved_for("a"), None);
+
+        // b hands it back on an ordinary step-down: the notice names a and carries no count.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (request, rx) = StepDownRequest::new(StepDownReason::Requested);
+        hb.step_down.send(request).await.unwrap();
+        assert_eq!(rx.await.unwrap(), StepDown::Released);
+        until_leader(&ha).await;
+        assert_eq!(ha.notices.successor().as_deref(), Some("a"));
+        assert_eq!(ha.notices.moved_for("a"), None);
+        for (stop, task) in [(stop_a, task_a), (stop_b, task_b)] {
+            stop.cancel();
+            task.await.unwrap();
+        }
     }
 
     /// Renewals that fail end the term at the deadline: a lost lease, no successor named.

@@ -30,7 +30,14 @@ pub trait Rounds: Send + Sync + 'static {
         life: Duration,
     ) -> impl Future<Output = Watched> + Send;
     /// Release with a notice naming `successor` (or every follower).
-    fn hand_over(&self, lease: &Lease, successor: Option<&str>) -> impl Future<Output = ()> + Send;
+    /// `moved`: for a shard handed over to balance, how often it has moved in a rollout so far
+    /// (the notice carries it to `successor`).
+    fn hand_over(
+        &self,
+        lease: &Lease,
+        successor: Option<&str>,
+        moved: Option<u8>,
+    ) -> impl Future<Output = ()> + Send;
     /// Withdraw the own record (shutdown).
     fn withdraw(&self) -> impl Future<Output = ()> + Send;
     /// What the nodes say at `now`.
@@ -78,8 +85,8 @@ impl Rounds for Live {
         self.redlock.watch(self.own(own), life).await
     }
 
-    async fn hand_over(&self, lease: &Lease, successor: Option<&str>) {
-        self.redlock.hand_over(lease, successor).await
+    async fn hand_over(&self, lease: &Lease, successor: Option<&str>, moved: Option<u8>) {
+        self.redlock.hand_over(lease, successor, moved).await
     }
 
     async fn withdraw(&self) {

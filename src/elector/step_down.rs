@@ -82,6 +82,10 @@ pub struct StepDownRequest {
     /// The successor to name, for [`StepDownReason::Balance`]; otherwise the best ready
     /// candidate is named.
     pub successor: Option<String>,
+    /// For [`StepDownReason::Balance`]: how often the shard has moved in a rollout so far, as
+    /// this sidecar knows ([`crate::elector::balance::Seen::moved`]); the release notice carries
+    /// it to the successor.
+    pub moved: Option<u8>,
 }
 
 impl StepDownRequest {
@@ -93,15 +97,18 @@ impl StepDownRequest {
                 reason,
                 reply,
                 successor: None,
+                moved: None,
             },
             rx,
         )
     }
 
-    /// `lease.shards`: hand the shard over to `to`, a candidate that leads fewer shards.
-    pub fn hand_over(to: String) -> (Self, oneshot::Receiver<StepDown>) {
+    /// `lease.shards`: hand the shard over to `to`, a candidate that leads fewer shards; the
+    /// shard has moved `moved` times in a rollout so far.
+    pub fn hand_over(to: String, moved: u8) -> (Self, oneshot::Receiver<StepDown>) {
         let (mut request, rx) = StepDownRequest::new(StepDownReason::Balance);
         request.successor = Some(to);
+        request.moved = Some(moved);
         (request, rx)
     }
 

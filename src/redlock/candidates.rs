@@ -251,17 +251,29 @@ pub fn handover(
 }
 
 /// The release notice's payload: the released value, a newline, the named successor (empty if
-/// none). Identities hold no whitespace, so the split is unambiguous.
-pub fn notice_payload(value: &str, successor: Option<&str>) -> String {
-    format!("{value}\n{}", successor.unwrap_or(""))
+/// none); for a shard handed over to balance, a newline and how often it has moved in a
+/// rollout so far (`moved`). Identities hold no whitespace, so the split is unambiguous. A
+/// single lease's notice never has the third line, so it reads as before to every version.
+pub fn notice_payload(value: &str, successor: Option<&str>, moved: Option<u8>) -> String {
+    match moved {
+        Some(m) => format!("{value}\n{}\n{m}", successor.unwrap_or("")),
+        None => format!("{value}\n{}", successor.unwrap_or("")),
+    }
 }
 
 /// The successor a release notice names, if any (an old-style notice names none).
 pub fn notice_successor(payload: &str) -> Option<&str> {
     payload
-        .split_once('\n')
-        .map(|(_, s)| s.trim())
+        .split('\n')
+        .nth(1)
+        .map(str::trim)
         .filter(|s| !s.is_empty())
+}
+
+/// How often the shard a notice hands over has moved in a rollout, if it says
+/// ([`notice_payload`]).
+pub fn notice_moved(payload: &str) -> Option<u8> {
+    payload.split('\n').nth(2)?.trim().parse().ok()
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ struct Latest {
     payload: String,
     /// The successor it names, if any.
     successor: Option<String>,
+    /// How often the shard it hands over has moved in a rollout, if it says.
+    moved: Option<u8>,
     /// Copies received.
     copies: usize,
 }
@@ -60,6 +62,7 @@ impl Notices {
                 *latest = Latest {
                     payload: payload.to_string(),
                     successor: candidates::notice_successor(payload).map(String::from),
+                    moved: candidates::notice_moved(payload),
                     copies: 1,
                 };
             }
@@ -87,6 +90,15 @@ impl Notices {
     /// The successor the latest notice named, if any.
     pub fn successor(&self) -> Option<String> {
         self.latest().successor.clone()
+    }
+
+    /// How often the shard has moved in a rollout, as the latest notice told `identity`, if it
+    /// named `identity` and said ([`candidates::notice_moved`]).
+    pub fn moved_for(&self, identity: &str) -> Option<u8> {
+        let latest = self.latest();
+        latest
+            .moved
+            .filter(|_| latest.successor.as_deref() == Some(identity))
     }
 
     /// How many nodes have sent the latest notice.

@@ -49,19 +49,29 @@ pub struct Successor<'a> {
     /// The releasing lease's deadline: the release carries the proof that no live holder is
     /// left ([`super::proof`]) only while it is still ahead.
     pub valid_until: Instant,
+    /// For a shard handed over to balance: how often it has moved in a rollout so far (the
+    /// notice's third line, [`candidates::notice_payload`]).
+    pub moved: Option<u8>,
 }
 
 impl Redlock {
     /// The graceful release of `lease` at a step-down: the notice goes to every follower, and
     /// names `successor` when the elector chose one (the key stays reserved for it for the
     /// [`grace`] on each node, with the release proof while the lease is valid). The notice is
-    /// built here; the elector only decides whom it names.
-    pub async fn hand_over(&self, lease: &super::Lease, successor: Option<&str>) {
+    /// built here; the elector only decides whom it names (and, for a shard, tells it how
+    /// often the shard has moved: `moved`).
+    pub async fn hand_over(
+        &self,
+        lease: &super::Lease,
+        successor: Option<&str>,
+        moved: Option<u8>,
+    ) {
         let notice = match successor {
             Some(identity) => Notice::Successor(Successor {
                 identity,
                 grace: self.grace,
                 valid_until: lease.deadline,
+                moved,
             }),
             None => Notice::Followers,
         };
@@ -137,16 +147,16 @@ impl Redlock {
             Notice::Silent => "",
             Notice::Followers | Notice::Successor(_) => self.channel.as_str(),
         };
-        let (named, grace_ms) = match notice {
-            Notice::Successor(s) => (Some(s.identity), s.grace.as_millis().max(1) as u64),
-            Notice::Silent | Notice::Followers => (None, 0),
+        let (named, grace_ms, moved) = match notice {
+            Notice::Successor(s) => (Some(s.identity), s.grace.as_millis().max(1) as u64, s.moved),
+            Notice::Silent | Notice::Followers => (None, 0, None),
         };
         [
             self.key.clone(),
             self.reservation_key.clone(),
             value.to_string(),
             channel.to_string(),
-            candidates::notice_payload(value, named),
+            candidates::notice_payload(value, named, moved),
             named.unwrap_or("").to_string(),
             grace_ms.to_string(),
         ]

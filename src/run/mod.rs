@@ -176,6 +176,7 @@ async fn run_with(
                 leadership: l.handles.leadership.clone(),
                 candidacy: l.handles.candidacy.clone(),
                 step_down: l.handles.step_down.clone(),
+                notices: l.handles.notices.clone(),
             })
             .collect(),
     };

@@ -44,6 +44,9 @@ pub struct Shard {
     pub candidacy: watch::Receiver<CandidacyView>,
     /// Where hand-over requests go.
     pub step_down: mpsc::Sender<StepDownRequest>,
+    /// Its release notices: the one that handed this sidecar the shard says how often the
+    /// shard had moved in a rollout.
+    pub notices: std::sync::Arc<crate::redlock::notices::Notices>,
 }
 
 /// What the balancer remembers between its looks, to tell how far each shard has come in a
@@ -56,6 +59,9 @@ pub struct Memory {
     from: Vec<Option<String>>,
     /// Per shard: whether this sidecar led it at the last look.
     led: Vec<bool>,
+    /// Per shard this sidecar leads: how often it had moved in a rollout, with the move to this
+    /// sidecar, as the notice that handed it over said ([`moved`]).
+    carried: Vec<Option<u8>>,
     /// Every candidate's rank as last seen, also of those gone (a shard's previous holder).
     ranks: BTreeMap<String, Rank>,
     /// Since when some ready candidate ranks better than this sidecar (a rollout past it).
@@ -81,6 +87,7 @@ fn seen(
     m.before.resize(shards.len(), None);
     m.from.resize(shards.len(), None);
     m.led.resize(shards.len(), false);
+    m.carried.resize(shards.len(), None);
     let mut ready = BTreeMap::new();
     let mut own: Option<Rank> = None;
     let views: Vec<Leadership> = shards
@@ -114,9 +121,11 @@ fn seen(
             let mine = l.term.is_some();
             if mine && !m.led[i] {
                 m.from[i] = m.before[i].clone();
+                m.carried[i] = shards[i].notices.moved_for(me).map(|c| c.saturating_add(1));
             }
             if !mine {
                 m.from[i] = None;
+                m.carried[i] = None;
                 if let Some(h) = l.leader.as_ref().filter(|h| *h != me) {
                     m.before[i] = Some(h.clone());
                 }
@@ -131,7 +140,7 @@ fn seen(
                 since: l.changed_at,
                 holder: l.leader.or_else(|| recent.get(&i).cloned()),
                 moved: if mine {
-                    moved(old, l.changed_at, m.began, from_old)
+                    moved(old, l.changed_at, m.began, from_old, m.carried[i])
                 } else {
                     0
                 },
@@ -141,15 +150,17 @@ fn seen(
     (seen, ready)
 }
 
-/// Send the moves and wait (up to `within`) for their answers; the moves that released.
+/// Send the moves and wait (up to `within`) for their answers; the moves that released. Each
+/// hand-over tells its successor how often the shard has moved in the rollout so far (`seen`).
 async fn send(
     shards: &[Shard],
+    seen: &[Seen],
     moves: Vec<(usize, String)>,
     within: Duration,
 ) -> Vec<(usize, String)> {
     let mut answers: Vec<(usize, String, oneshot::Receiver<StepDown>)> = Vec::new();
     for (i, to) in moves {
-        let (request, rx) = StepDownRequest::hand_over(to.clone());
+        let (request, rx) = StepDownRequest::hand_over(to.clone(), seen[i].moved);
         if shards[i].step_down.try_send(request).is_ok() {
             answers.push((i, to, rx));
         }
@@ -231,7 +242,7 @@ pub async fn balance(
             continue;
         }
         let led = seen.iter().filter(|s| s.mine).count();
-        for (i, to) in send(&shards, moves, every).await {
+        for (i, to) in send(&shards, &seen, moves, every).await {
             let moved = seen[i].moved;
             tracing::info!(shard = i, to = %to, led, moved, "handed a shard over to balance the replicas");
             recent.insert(i, (to, Instant::now()));
@@ -276,7 +287,7 @@ pub async fn spread_out(
         return;
     }
     let asked = moves.len();
-    let done = send(shards, moves, within_send).await;
+    let done = send(shards, &seen, moves, within_send).await;
     tracing::info!(
         shards = asked,
         handed_over = done.len(),

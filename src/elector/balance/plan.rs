@@ -60,22 +60,31 @@ impl Ready<'_> {
 /// How often a shard this sidecar leads has moved since the rollout began, as far as it can
 /// tell, for [`Seen::moved`]. `old`: someone ready ranks better than this sidecar, since
 /// `began`; `since`: when it took the shard; `from_old`: whether the holder it took the shard
-/// from ranks below it (`None`: it took a free shard).
+/// from ranks below it (`None`: it took a free shard); `carried`: what the release notice that
+/// handed it the shard said (the giver's count and this move: [`super::send`]), if one did.
 ///
+/// - The count a hand-over carried is exact: every giver knows its own shard's count.
 /// - A replica of the old rank has seen every move of its own shards since the rollout began:
-///   a shard it took after that has moved once (old to old, at a spread); it must go to a
-///   replica of the new rank next.
-/// - A replica of the new rank knows whom it took a shard from: from an old one, the shard has
-///   moved once as far as it knows (it may have moved from old to old before, unseen); from one
-///   of its own rank, it has moved twice and should not move again.
+///   a shard it took before that has not moved in the rollout (whatever an earlier rollout's
+///   notice said); one taken after it, without a count, has moved once.
+/// - A replica of the new rank without a count (a shard taken after an expiry, or handed over
+///   by the elector's own release) knows only whom it took it from: from an old one, once as
+///   far as it knows; from one of its own rank, twice.
 pub fn moved(
     old: bool,
     since: std::time::SystemTime,
     began: Option<std::time::SystemTime>,
     from_old: Option<bool>,
+    carried: Option<u8>,
 ) -> u8 {
     if old {
-        return u8::from(began.is_some_and(|b| since >= b));
+        if began.is_none_or(|b| since < b) {
+            return 0;
+        }
+        return carried.unwrap_or(1);
+    }
+    if let Some(count) = carried {
+        return count;
     }
     match from_old {
         None => 0,
@@ -94,61 +103,36 @@ pub fn moved(
 /// within one, and a replica never hands over below its share.
 ///
 /// During a rollout (some ready candidates rank better by `lease.prefer`: the new ones), the
-/// same bounds hold, and the shards go where they stay:
-/// - an old replica above ⌊M/R⌋ hands a shard to the new one leading the fewest while that one
-///   leads fewer than ⌈M/R⌉ (unless a new one is above ⌈M/R⌉: it gives first), so the new
-///   replicas take the ⌈M/R⌉ places and the old ones keep ⌊M/R⌋;
-/// - a new replica gives only while it is above ⌈M/R⌉ (to a new one below it if any), or to
-///   raise one leading fewer than ⌊M/R⌋ that no old replica can raise;
-/// - the shard given is the one that has moved least in the rollout ([`Seen::moved`]), then the
-///   one led longest.
+/// same bounds hold, and every replica computes one plan for all of them on its view
+/// ([`rollout_moves`]): the ⌈M/R⌉ places go to the new replicas first, so the shards go where
+/// they stay, and a new replica hands over only what it must. The shard an old replica gives a
+/// new one is the one that has moved most in the rollout ([`Seen::moved`]: it has moved from
+/// old to old, and moves for the last time), then the one taken last; every other move gives
+/// the one that has moved least, then the one led longest.
 pub fn plan<'a>(me: &'a str, shards: &[Seen], ready: Ready<'a>) -> Vec<(usize, String)> {
     let replicas = ready.ranks.keys().filter(|c| *c != me).count() + 1;
     let (floor, ceil) = (shards.len() / replicas, shards.len().div_ceil(replicas));
     let newest = ready.preferred(None);
     let is_new = |id: &str| newest.as_ref().is_none_or(|p| p.contains(id));
+    if newest.is_some() {
+        let load = loads(me, shards, ready, true);
+        let mine = rollout_moves(&load, shards.len(), &is_new, None)
+            .into_iter()
+            .filter(|(donor, _)| *donor == me)
+            .map(|(_, to)| to)
+            .collect();
+        return assign(shards, mine, |to| rollout_order(is_new(me), is_new(to)));
+    }
     // The next move of `donor`, leading `n`, with the others leading `load`.
-    let next = |donor: &str, n: usize, load: &BTreeMap<&'a str, usize>| -> Option<&'a str> {
+    let next = |n: usize, load: &BTreeMap<&'a str, usize>| -> Option<&'a str> {
         let least = fewest(load, |_| true, &is_new)?;
         let raise = |t: usize| n > floor && t < floor && n >= t + 2;
-        if newest.is_none() {
-            return (n > ceil || raise(least.1)).then_some(least.0);
-        }
-        if !is_new(donor) {
-            let over = load.iter().any(|(id, l)| is_new(id) && *l > ceil);
-            if let Some((to, l)) = fewest(load, |id| is_new(id), &is_new)
-                && l < ceil
-                && n > floor
-                && !over
-            {
-                return Some(to);
-            }
-            return (n > ceil || raise(least.1)).then_some(least.0);
-        }
-        if n > ceil {
-            let below = fewest(load, |id| is_new(id), &is_new).filter(|(_, l)| *l < ceil);
-            return Some(below.unwrap_or(least).0);
-        }
-        let an_old_one_can = load
-            .iter()
-            .any(|(id, l)| *id != least.0 && !is_new(id) && *l > floor && *l >= least.1 + 2);
-        (raise(least.1) && !an_old_one_can).then_some(least.0)
+        (n > ceil || raise(least.1)).then_some(least.0)
     };
     // Every replica's moves on this view, in identity order, until nobody moves: the same plan
     // on every replica that sees the same, so replicas planning at once do not all hand shards
     // to the same one. This sidecar's part is its own.
-    let mut load: BTreeMap<&'a str, usize> = ready.ranks.keys().map(|c| (c.as_str(), 0)).collect();
-    load.insert(me, 0);
-    for s in shards {
-        let holder = if s.mine {
-            Some(me)
-        } else {
-            s.holder.as_deref()
-        };
-        if let Some(n) = holder.and_then(|h| load.get_mut(h)) {
-            *n += 1;
-        }
-    }
+    let mut load = loads(me, shards, ready, true);
     let donors: Vec<&'a str> = load.keys().copied().collect();
     let mut mine = Vec::new();
     // Each round moves a shard or ends the plan; the rule converges well within this bound.
@@ -166,7 +150,7 @@ pub fn plan<'a>(me: &'a str, shards: &[Seen], ready: Ready<'a>) -> Vec<(usize, S
                     .filter(|(id, _)| *id != donor)
                     .map(|(id, l)| (*id, *l))
                     .collect();
-                let Some(to) = next(donor, n, &others) else {
+                let Some(to) = next(n, &others) else {
                     break;
                 };
                 budget -= 1;
@@ -182,36 +166,128 @@ pub fn plan<'a>(me: &'a str, shards: &[Seen], ready: Ready<'a>) -> Vec<(usize, S
             break 'rounds;
         }
     }
-    let rolling = newest.is_some();
-    assign(shards, mine, |_| {
-        if rolling {
-            Order::LeastMovedLongestLed
+    assign(shards, mine, |_| Order::LongestLed)
+}
+
+/// How many shards each replica leads on this view: the ready candidates and this sidecar
+/// (`me`, counted as a replica when `with_me`), a shard counted for its holder.
+fn loads<'a>(
+    me: &'a str,
+    shards: &[Seen],
+    ready: Ready<'a>,
+    with_me: bool,
+) -> BTreeMap<&'a str, usize> {
+    let mut load: BTreeMap<&'a str, usize> = ready.ranks.keys().map(|c| (c.as_str(), 0)).collect();
+    if with_me {
+        load.insert(me, 0);
+    }
+    for s in shards {
+        let holder = if s.mine {
+            Some(me)
         } else {
-            Order::LongestLed
+            s.holder.as_deref()
+        };
+        if let Some(n) = holder.and_then(|h| load.get_mut(h)) {
+            *n += 1;
         }
-    })
+    }
+    load
+}
+
+/// The order an old or new replica gives its shards in, to an old or a new one, during a
+/// rollout: old to new, the shard that has moved most (it moves for the last time); otherwise
+/// the one that has moved least.
+fn rollout_order(from_new: bool, to_new: bool) -> Order {
+    match (from_new, to_new) {
+        (false, true) => Order::MostMovedLatest,
+        _ => Order::LeastMovedLongestLed,
+    }
+}
+
+/// During a rollout, every replica's moves on one view, as (donor, to): the same on every
+/// replica that sees the same, so each one's part is its own. `load`: what each replica leads
+/// (`gone`, stopping, among them); `total`: the shards, M.
+///
+/// The targets: over the R replicas that stay, `M mod R` of them lead ⌈M/R⌉ and the rest
+/// ⌊M/R⌋; the ⌈M/R⌉ places go to the new replicas first, then to those leading the most (so
+/// fewer move), then by identity; `gone` leads none. Each replica above its target gives the
+/// excess, each one below takes what it lacks, paired so that a shard a new replica gives goes
+/// to a new one (it has moved already, and stays there), an old replica's go to the new ones
+/// next, then to old ones; a new replica's go to an old one last, only if nothing else balances.
+fn rollout_moves<'a>(
+    load: &BTreeMap<&'a str, usize>,
+    total: usize,
+    is_new: &impl Fn(&str) -> bool,
+    gone: Option<&str>,
+) -> Vec<(&'a str, &'a str)> {
+    let mut staying: Vec<&'a str> = load
+        .keys()
+        .copied()
+        .filter(|id| Some(*id) != gone)
+        .collect();
+    if staying.is_empty() {
+        return Vec::new();
+    }
+    let (floor, extra) = (total / staying.len(), total % staying.len());
+    staying.sort_by_key(|id| (!is_new(id), std::cmp::Reverse(load[id]), *id));
+    let target: BTreeMap<&'a str, usize> = staying
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, floor + usize::from(i < extra)))
+        .collect();
+    let target = |id: &str| target.get(id).copied().unwrap_or(0);
+    // The donors: `gone` first, then by identity; each once per shard it gives.
+    let mut donors: Vec<(&'a str, usize)> = load
+        .iter()
+        .filter(|(id, l)| **l > target(id))
+        .map(|(id, l)| (*id, l - target(id)))
+        .collect();
+    donors.sort_by_key(|(id, _)| (Some(*id) != gone, *id));
+    // The takers: the fewest first, then by identity.
+    let mut takers: Vec<(&'a str, usize)> = staying
+        .iter()
+        .filter(|id| load[*id] < target(id))
+        .map(|id| (*id, target(id) - load[*id]))
+        .collect();
+    takers.sort_by_key(|(id, _)| (load[id], *id));
+    let mut moves = Vec::new();
+    for (from_new, to_new) in [(true, true), (false, true), (false, false), (true, false)] {
+        for (donor, left) in donors.iter_mut().filter(|(d, _)| is_new(d) == from_new) {
+            for (taker, lacks) in takers.iter_mut().filter(|(t, _)| is_new(t) == to_new) {
+                while *left > 0 && *lacks > 0 {
+                    moves.push((*donor, *taker));
+                    *left -= 1;
+                    *lacks -= 1;
+                }
+            }
+        }
+    }
+    moves
 }
 
 /// At shutdown: every shard this sidecar leads, each to the ready candidate leading the fewest
 /// at that moment (counting the moves before it; ties: a new one first). During a rollout, the
-/// shards that have moved (and the ones taken last) go to new candidates, the others to old
-/// ones, so a shard moved from old to old once goes to a new one next.
+/// targets of [`rollout_moves`] over the replicas that stay decide whom each shard goes to: the
+/// new ones first while below their share; the shards that have moved (and the ones taken last)
+/// go to new candidates, the others to old ones, so a shard moved from old to old once goes to a
+/// new one next.
 pub fn spread(me: &str, shards: &[Seen], ready: Ready<'_>) -> Vec<(usize, String)> {
     let newest = ready.preferred(Some(me));
     let is_new = |id: &str| newest.as_ref().is_none_or(|p| p.contains(id));
+    if newest.is_some() {
+        let mut load = loads(me, shards, ready, false);
+        load.insert(me, shards.iter().filter(|s| s.mine).count());
+        let mine = rollout_moves(&load, shards.len(), &is_new, Some(me))
+            .into_iter()
+            .filter(|(donor, _)| *donor == me)
+            .map(|(_, to)| to)
+            .collect();
+        return assign(shards, mine, |to| rollout_order(false, is_new(to)));
+    }
     let targets = targets(me, shards, ready, |n, load| {
         (n > 0).then_some(fewest(load, |_| true, &is_new)?.0)
     });
-    let rolling = newest.is_some();
-    assign(shards, targets, |to| {
-        if rolling && is_new(to) {
-            Order::MostMovedLatest
-        } else if rolling {
-            Order::LeastMovedLongestLed
-        } else {
-            Order::LongestLed
-        }
-    })
+    assign(shards, targets, |_| Order::LongestLed)
 }
 
 /// The ready candidate (other than this sidecar) leading the fewest among those `keep` lets

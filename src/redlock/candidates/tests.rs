@@ -163,9 +163,21 @@ fn handover_waits_for_the_settle_time() {
 #[test]
 fn notices_name_the_successor() {
     assert_eq!(
-        notice_successor(&notice_payload("a#1", Some("b"))),
+        notice_successor(&notice_payload("a#1", Some("b"), None)),
         Some("b")
     );
-    assert_eq!(notice_successor(&notice_payload("a#1", None)), None);
+    assert_eq!(notice_successor(&notice_payload("a#1", None, None)), None);
     assert_eq!(notice_successor("a#1"), None);
+    // A single lease's notice is what it always was: the value and the successor.
+    assert_eq!(notice_payload("a#1", Some("b"), None), "a#1\nb");
+}
+
+#[test]
+fn a_shard_handed_over_tells_its_successor_how_often_it_moved() {
+    let payload = notice_payload("a#1", Some("b"), Some(2));
+    assert_eq!(payload, "a#1\nb\n2");
+    assert_eq!(notice_successor(&payload), Some("b"));
+    assert_eq!(notice_moved(&payload), Some(2));
+    assert_eq!(notice_moved(&notice_payload("a#1", Some("b"), None)), None);
+    assert_eq!(notice_moved("a#1"), None);
 }

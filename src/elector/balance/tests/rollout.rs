@@ -12,12 +12,18 @@ struct Fleet {
     since: Vec<u64>,
     from: Vec<Option<String>>,
     moves: Vec<usize>,
+    /// Per shard: the count its last hand-over's notice carried (the giver's [`Seen::moved`]
+    /// and that move), as the balancer reads it.
+    carried: Vec<Option<u8>>,
     /// When the first replica of the new rank joined (the old ones' `began`).
     began: Option<u64>,
     clock: u64,
     /// Every replica plans on the same view, and all the moves are made at once (replicas
     /// whose quiet views end together), instead of one after the other.
     together: bool,
+    /// The takers read the count of moves that the hand-overs' notices carry (the default);
+    /// off, they estimate it from whom they took the shard from, as without a notice.
+    notices: bool,
 }
 
 fn at(t: u64) -> std::time::SystemTime {
@@ -40,12 +46,15 @@ impl Fleet {
             since: vec![0; m],
             from: vec![None; m],
             moves: vec![0; m],
+            carried: vec![None; m],
             began: None,
             clock: 0,
             together: false,
+            notices: true,
         };
         f.settle(None);
         f.moves = vec![0; m];
+        f.carried = vec![None; m];
         f
     }
 
@@ -58,6 +67,21 @@ impl Fleet {
 
     /// What `me` sees, [`Seen::moved`] as the balancer works it out.
     fn seen(&self, me: &str) -> Vec<Seen> {
+        (0..self.holders.len())
+            .map(|i| {
+                let is_mine = self.holders[i] == me;
+                Seen {
+                    mine: is_mine,
+                    since: at(self.since[i]),
+                    holder: Some(self.holders[i].clone()),
+                    moved: if is_mine { self.moved(me, i) } else { 0 },
+                }
+            })
+            .collect()
+    }
+
+    /// [`Seen::moved`] of shard `i` for its holder `me`, as the balancer works it out.
+    fn moved(&self, me: &str, i: usize) -> u8 {
         let ready = self.ready();
         let view = Ready {
             ranks: &ready,
@@ -65,30 +89,25 @@ impl Fleet {
         };
         let mine = &self.ranks[me];
         let old = view.rolling_past(mine);
-        (0..self.holders.len())
-            .map(|i| {
-                let is_mine = self.holders[i] == me;
-                let from_old = self.from[i]
-                    .as_ref()
-                    .map(|f| better(mine, &self.ranks[f], self.prefer));
-                Seen {
-                    mine: is_mine,
-                    since: at(self.since[i]),
-                    holder: Some(self.holders[i].clone()),
-                    moved: if is_mine {
-                        moved(old, at(self.since[i]), self.began.map(at), from_old)
-                    } else {
-                        0
-                    },
-                }
-            })
-            .collect()
+        let from_old = self.from[i]
+            .as_ref()
+            .map(|f| better(mine, &self.ranks[f], self.prefer));
+        let carried = self.carried[i].filter(|_| self.notices);
+        moved(
+            old,
+            at(self.since[i]),
+            self.began.map(at),
+            from_old,
+            carried,
+        )
     }
 
     fn apply(&mut self, moves: Vec<(usize, String)>) -> bool {
         let any = !moves.is_empty();
         for (i, to) in moves {
             assert!(self.live.contains(&to), "a move to {to}, not live");
+            // The hand-over's notice carries the giver's count, and the taker adds this move.
+            self.carried[i] = Some(self.moved(&self.holders[i].clone(), i).saturating_add(1));
             self.clock += 1;
             self.from[i] = Some(std::mem::replace(&mut self.holders[i], to));
             self.since[i] = self.clock;
@@ -151,6 +170,8 @@ impl Fleet {
     fn join(&mut self, id: &str, rank: Rank, rng: Option<&mut rand::rngs::StdRng>) {
         self.ranks.insert(id.to_string(), rank);
         self.live.push(id.to_string());
+        // The rollout begins after every move before it (the last one not at the same tick).
+        self.clock += 1;
         self.began.get_or_insert(self.clock);
         self.settle(rng);
     }
@@ -205,12 +226,40 @@ fn rolling_restart(
     r: usize,
     prefer: Prefer,
     stops: Stops,
-    (old_name, new_name): (&str, &str),
+    names: (&str, &str),
+    together: bool,
+) -> Fleet {
+    rolling_restart_in(
+        Fleet::balanced(m, r, prefer, names.0),
+        stops,
+        names,
+        together,
+    )
+}
+
+/// [`rolling_restart`] preferring the newest, the takers reading the notices' count or not.
+fn rolling_restart_with(
+    m: usize,
+    r: usize,
+    stops: Stops,
+    names: (&str, &str),
+    together: bool,
+    notices: bool,
+) -> Fleet {
+    let mut fleet = Fleet::balanced(m, r, Prefer::Newest, names.0);
+    fleet.notices = notices;
+    rolling_restart_in(fleet, stops, names, together)
+}
+
+/// [`rolling_restart`] of `fleet`.
+fn rolling_restart_in(
+    mut fleet: Fleet,
+    stops: Stops,
+    (_, new_name): (&str, &str),
     together: bool,
 ) -> Fleet {
     use rand::SeedableRng;
     use rand::seq::SliceRandom;
-    let mut fleet = Fleet::balanced(m, r, prefer, old_name);
     fleet.together = together;
     let mut old: Vec<String> = fleet.live.clone();
     let mut rng = match stops {
@@ -231,6 +280,7 @@ fn rolling_restart(
     };
     for (i, gone) in old.iter().enumerate() {
         fleet.join(&format!("{new_name}{i}"), new.clone(), rng.as_mut());
+
         fleet.stop(gone, rng.as_mut());
     }
     assert!(fleet.live.iter().all(|id| id.starts_with(new_name)));
@@ -331,13 +381,19 @@ fn replicas_of_two_ranks_converge_within_one_and_under_the_ceiling() {
 fn moved_counts_what_each_side_can_see() {
     let (before, after) = (Some(at(5)), at(9));
     // An old replica: a shard taken after the rollout began has moved (old to old).
-    assert_eq!(moved(true, at(1), before, Some(true)), 0);
-    assert_eq!(moved(true, after, before, Some(true)), 1);
-    assert_eq!(moved(true, after, None, Some(true)), 0);
+    assert_eq!(moved(true, at(1), before, Some(true), None), 0);
+    assert_eq!(moved(true, after, before, Some(true), None), 1);
+    assert_eq!(moved(true, after, None, Some(true), None), 0);
     // A new one: from an old holder once; from one of its own rank twice; a free shard not.
-    assert_eq!(moved(false, after, None, Some(true)), 1);
-    assert_eq!(moved(false, after, None, Some(false)), 2);
-    assert_eq!(moved(false, after, None, None), 0);
+    assert_eq!(moved(false, after, None, Some(true), None), 1);
+    assert_eq!(moved(false, after, None, Some(false), None), 2);
+    assert_eq!(moved(false, after, None, None, None), 0);
+    // What a hand-over's notice carried wins: it is the giver's own count and this move.
+    assert_eq!(moved(false, after, None, Some(true), Some(2)), 2);
+    assert_eq!(moved(true, after, before, Some(true), Some(2)), 2);
+    // An old replica's shard taken before the rollout began has not moved in it, whatever an
+    // earlier rollout's notice said.
+    assert_eq!(moved(true, at(1), before, Some(true), Some(2)), 0);
 }
 
 #[test]
@@ -363,4 +419,89 @@ fn during_a_rollout_an_old_replica_gives_to_the_new_and_a_moved_shard_goes_new()
     assert!(moves.contains(&(1, "n".to_string())), "{moves:?}");
     // Rank-blind, the same shards go to the fewest whoever it is.
     assert_eq!(plan("me", &s, alike(&ranks)).len(), 1);
+}
+
+/// The rollouts of [`rolling_restart`] for `m` shards over `r` replicas: the stop orders
+/// (oldest first, newest first and `seeds` shuffles), both name orders, one after the other
+/// and all at once; the moves per shard over all of them.
+fn every_rollout(m: usize, r: usize, seeds: u64, notices: bool) -> BTreeMap<usize, usize> {
+    let mut orders = vec![Stops::OldestFirst, Stops::NewestFirst];
+    orders.extend((0..seeds).map(Stops::Random));
+    let mut total: BTreeMap<usize, usize> = BTreeMap::new();
+    for stops in orders {
+        for names in [("a", "b"), ("b", "a")] {
+            for together in [false, true] {
+                let fleet = rolling_restart_with(m, r, stops, names, together, notices);
+                for (n, shards) in fleet.histogram() {
+                    *total.entry(n).or_default() += shards;
+                }
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn every_size_up_to_forty_shards_over_eight_rolls_with_at_most_two_moves_per_shard() {
+    let mut worst = (0, 0, 0);
+    for r in 2..=8 {
+        for m in 1..=40 {
+            let h = every_rollout(m, r, 2, true);
+            let most = *h.keys().max().expect("a shard");
+            assert!(most <= 2, "{m} shards over {r}: moves per shard {h:?}");
+            worst = worst.max((most, m, r));
+        }
+    }
+    println!(
+        "every M <= 40 over R <= 8: at most {} moves per shard",
+        worst.0
+    );
+}
+
+#[test]
+fn larger_sizes_roll_with_at_most_two_moves_per_shard_up_to_ten_replicas() {
+    for (m, r) in [(100, 7), (64, 10), (33, 5), (12, 5), (20, 10), (256, 10)] {
+        let h = every_rollout(m, r, 1, true);
+        println!("{m} shards over {r}: moves per shard {h:?}");
+        assert!(h.keys().all(|n| *n <= 2), "{m} shards over {r}: {h:?}");
+    }
+}
+
+#[test]
+fn from_sixteen_replicas_on_a_few_shards_move_three_times() {
+    // What is left (issue 37's restatement): a new replica above its share must give one of
+    // its own shards to one that joins, and the plan cannot tell which new replica holds one
+    // that has moved only once; it may give one that has moved twice. Printed, and bounded.
+    for (m, r) in [(128, 16), (256, 30), (64, 30)] {
+        let h = every_rollout(m, r, 1, true);
+        let shards: usize = h.values().sum();
+        let thrice: usize = h.iter().filter(|(n, _)| **n > 2).map(|(_, s)| s).sum();
+        println!(
+            "{m} shards over {r}, 12 rollouts: moves per shard {h:?}; more than twice: {thrice} \
+             of {shards} shard-rollouts"
+        );
+        assert!(h.keys().all(|n| *n <= 3), "{m} shards over {r}: {h:?}");
+    }
+}
+
+#[test]
+fn without_the_count_the_notices_carry_shards_move_more_than_twice() {
+    // The switch off: the takers estimate a shard's moves from whom they took it, and one
+    // that moved from old to old before a new replica took it looks as if it moved once.
+    let bad: Vec<(usize, usize, usize)> = [(32, 5), (19, 3), (14, 4), (20, 10)]
+        .into_iter()
+        .map(|(m, r)| {
+            (
+                m,
+                r,
+                *every_rollout(m, r, 2, false).keys().max().expect("a shard"),
+            )
+        })
+        .filter(|(_, _, most)| *most > 2)
+        .collect();
+    println!("without the notices' count: {bad:?}");
+    assert!(
+        !bad.is_empty(),
+        "every size stayed within two moves without the count"
+    );
 }
