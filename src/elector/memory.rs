@@ -259,6 +259,16 @@ mod tests {
         (handles, stop, task)
     }
 
+    /// Wait until `h` follows `leader` and has had time to write its record (ready).
+    async fn following(h: &Handles, leader: &str) {
+        h.leadership
+            .clone()
+            .wait_for(|l| l.leader.as_deref() == Some(leader))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+
     async fn until_leader(h: &Handles) -> u64 {
         let mut rx = h.leadership.clone();
         let l = rx.wait_for(|l| l.term.is_some()).await.unwrap();
@@ -275,12 +285,7 @@ mod tests {
         assert_eq!(until_leader(&ha).await, 1);
         let (hb, stop_b, task_b) = start(&world, "b");
         // b follows and shows a as the holder; its record (ready) is written.
-        hb.leadership
-            .clone()
-            .wait_for(|l| l.leader.as_deref() == Some("a"))
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        following(&hb, "a").await;
         assert!(world.lock().unwrap().records.contains_key("b"));
 
         // A requested step-down names b, which takes over before the grace could pass.
@@ -357,12 +362,7 @@ mod tests {
         let (ha, stop_a, task_a) = start(&world, "a");
         until_leader(&ha).await;
         let (hb, stop_b, task_b) = start(&world, "b");
-        hb.leadership
-            .clone()
-            .wait_for(|l| l.leader.as_deref() == Some("a"))
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        following(&hb, "a").await;
 
         let (request, rx) = StepDownRequest::hand_over("b".into(), 1);
         ha.step_down.send(request).await.unwrap();
