@@ -114,14 +114,8 @@ pub fn plan<'a>(me: &'a str, shards: &[Seen], ready: Ready<'a>) -> Vec<(usize, S
     let (floor, ceil) = (shards.len() / replicas, shards.len().div_ceil(replicas));
     let newest = ready.preferred(None);
     let is_new = |id: &str| newest.as_ref().is_none_or(|p| p.contains(id));
-    let created = |id: &str| ready.ranks.get(id).map_or(0, |r| r.created);
     if newest.is_some() {
-        let load = loads(me, shards, ready, true);
-        let mine = rollout_moves(&load, shards.len(), &is_new, &created, None)
-            .into_iter()
-            .filter(|(donor, _)| *donor == me)
-            .map(|(_, to)| to)
-            .collect();
+        let mine = own_rollout_moves(me, shards, ready, &is_new, false);
         return assign(shards, mine, |to| rollout_order(is_new(me), is_new(to)));
     }
     // The next move of `donor`, leading `n`, with the others leading `load`.
@@ -133,7 +127,7 @@ pub fn plan<'a>(me: &'a str, shards: &[Seen], ready: Ready<'a>) -> Vec<(usize, S
     // Every replica's moves on this view, in identity order, until nobody moves: the same plan
     // on every replica that sees the same, so replicas planning at once do not all hand shards
     // to the same one. This sidecar's part is its own.
-    let mut load = loads(me, shards, ready, true);
+    let mut load = loads(me, shards, ready);
     let donors: Vec<&'a str> = load.keys().copied().collect();
     let mut mine = Vec::new();
     // Each round moves a shard or ends the plan; the rule converges well within this bound.
@@ -171,17 +165,10 @@ pub fn plan<'a>(me: &'a str, shards: &[Seen], ready: Ready<'a>) -> Vec<(usize, S
 }
 
 /// How many shards each replica leads on this view: the ready candidates and this sidecar
-/// (`me`, counted as a replica when `with_me`), a shard counted for its holder.
-fn loads<'a>(
-    me: &'a str,
-    shards: &[Seen],
-    ready: Ready<'a>,
-    with_me: bool,
-) -> BTreeMap<&'a str, usize> {
+/// (`me`), a shard counted for its holder.
+fn loads<'a>(me: &'a str, shards: &[Seen], ready: Ready<'a>) -> BTreeMap<&'a str, usize> {
     let mut load: BTreeMap<&'a str, usize> = ready.ranks.keys().map(|c| (c.as_str(), 0)).collect();
-    if with_me {
-        load.insert(me, 0);
-    }
+    load.insert(me, 0);
     for s in shards {
         let holder = if s.mine {
             Some(me)
@@ -193,6 +180,25 @@ fn loads<'a>(
         }
     }
     load
+}
+
+/// This sidecar's part of [`rollout_moves`] on its view: the replicas it hands a shard to, one
+/// per shard; `stopping`: it leaves (its target is none).
+fn own_rollout_moves<'a>(
+    me: &'a str,
+    shards: &[Seen],
+    ready: Ready<'a>,
+    is_new: &impl Fn(&str) -> bool,
+    stopping: bool,
+) -> Vec<&'a str> {
+    let created = |id: &str| ready.ranks.get(id).map_or(0, |r| r.created);
+    let load = loads(me, shards, ready);
+    let gone = stopping.then_some(me);
+    rollout_moves(&load, shards.len(), is_new, &created, gone)
+        .into_iter()
+        .filter(|(donor, _)| *donor == me)
+        .map(|(_, to)| to)
+        .collect()
 }
 
 /// The order an old or new replica gives its shards in, to an old or a new one, during a
@@ -280,15 +286,8 @@ fn rollout_moves<'a>(
 pub fn spread(me: &str, shards: &[Seen], ready: Ready<'_>) -> Vec<(usize, String)> {
     let newest = ready.preferred(Some(me));
     let is_new = |id: &str| newest.as_ref().is_none_or(|p| p.contains(id));
-    let created = |id: &str| ready.ranks.get(id).map_or(0, |r| r.created);
     if newest.is_some() {
-        let mut load = loads(me, shards, ready, false);
-        load.insert(me, shards.iter().filter(|s| s.mine).count());
-        let mine = rollout_moves(&load, shards.len(), &is_new, &created, Some(me))
-            .into_iter()
-            .filter(|(donor, _)| *donor == me)
-            .map(|(_, to)| to)
-            .collect();
+        let mine = own_rollout_moves(me, shards, ready, &is_new, true);
         return assign(shards, mine, |to| rollout_order(false, is_new(to)));
     }
     let targets = targets(me, shards, ready, |n, load| {
