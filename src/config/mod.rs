@@ -263,6 +263,17 @@ pub enum Prefer {
     None,
 }
 
+impl LeaseConfig {
+    /// The sharded lease's name (`lease.name` as given) for `lease.shards`, whose shards are
+    /// `NAME-0` to `NAME-<M-1>`; `None` when not sharded.
+    pub fn sharded_name(&self) -> Option<&str> {
+        match self.shards {
+            0 => None,
+            _ => Some(self.name.strip_suffix("-0").unwrap_or(&self.name)),
+        }
+    }
+}
+
 impl Prefer {
     /// Every value as written in the config (`--help` and the reference list them).
     pub const NAMES: [&'static str; 3] = [

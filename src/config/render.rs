@@ -113,8 +113,7 @@ impl Serialize for RunConfig {
 impl Serialize for LeaseConfig {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_struct("LeaseConfig", 12)?;
-        if self.shards > 0 {
-            let name = self.name.strip_suffix("-0").unwrap_or(&self.name);
+        if let Some(name) = self.sharded_name() {
             m.serialize_field("name", name)?;
             m.serialize_field("shards", &self.shards)?;
         } else if self.names.len() > 1 {

@@ -76,7 +76,13 @@ pub struct OwnFields<'a> {
     pub pending: bool,
 }
 
-/// Encode the fields a sidecar writes (the script adds expiry and ready-since).
+/// Where [`fields`] puts the ready flag.
+pub const READY: usize = 0;
+/// Where [`fields`] puts the pending flag.
+pub const PENDING: usize = 3;
+
+/// Encode the fields a sidecar writes (the script adds expiry and ready-since): ready
+/// ([`READY`]), priority, created, pending ([`PENDING`]), revision.
 pub fn fields(own: OwnFields<'_>) -> [String; 5] {
     let flag = |b: bool| if b { "1" } else { "0" }.to_string();
     [

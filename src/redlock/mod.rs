@@ -39,7 +39,7 @@ use node::Node;
 
 pub use lease::{Acquire, Lease, Observed, identity_of, new_value};
 pub use notices::Notices;
-pub use records::OwnRecord;
+pub use records::{OwnRecord, SharedRecords};
 pub use release::{GRACE_MARGIN, Notice, Successor, grace};
 pub use watch::Watched;
 
@@ -62,6 +62,8 @@ pub struct NodeSet {
     tasks: tokio_util::task::TaskTracker,
     /// Every lease's "a node counts sooner" signal.
     counting: Arc<node::Counting>,
+    /// The candidates hash the shards of `lease.shards` share.
+    shard_records: Arc<records::SharedRecords>,
 }
 
 impl NodeSet {
@@ -103,6 +105,7 @@ impl NodeSet {
             nodes,
             tasks,
             counting,
+            shard_records: Arc::default(),
         }))
     }
 
@@ -153,8 +156,11 @@ pub struct Redlock {
     channel: String,
     /// `<keyPrefix><lease>:attest`: the attestation hash and channel ([`node::AttestKeys`]).
     attest_key: String,
-    /// `<keyPrefix><lease>:candidates`: the contenders' records ([`candidates`]).
+    /// `<keyPrefix><lease>:candidates`: the contenders' records ([`candidates`]); for a shard
+    /// of `lease.shards`, the sharded lease's `<keyPrefix><lease.name>:candidates`.
     candidates_key: String,
+    /// A shard's records, shared with the process's other shards ([`records::SharedRecords`]).
+    shared: Option<Arc<records::SharedRecords>>,
     /// `<keyPrefix><lease>:next`: the key's reservation for a named successor, for a grace
     /// after a graceful release ([`scripts::RELEASE`]).
     reservation_key: String,
@@ -211,10 +217,15 @@ impl Redlock {
     pub fn on(set: &Arc<NodeSet>, config: &Config, lease: &str, metrics: Metrics) -> Self {
         let key = format!("{}{}", config.lease.key_prefix, lease);
         let tag = NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sharded = config.lease.sharded_name();
         Redlock {
             epoch_key: format!("{key}:epoch"),
             channel: format!("{key}:released"),
-            candidates_key: format!("{key}:candidates"),
+            candidates_key: match sharded {
+                Some(name) => format!("{}{name}:candidates", config.lease.key_prefix),
+                None => format!("{key}:candidates"),
+            },
+            shared: sharded.map(|_| set.shard_records.clone()),
             attest_key: format!("{key}:attest"),
             reservation_key: format!("{key}:next"),
             key,

@@ -1,11 +1,13 @@
 //! The candidate-record rounds: write this sidecar's record and read everyone's on every node,
 //! and withdraw the record at shutdown. What the records mean is in [`super::candidates`].
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redis::Value;
+use tokio::time::Instant;
 
 use super::Redlock;
 use super::candidates::{self, Candidate, NodeRecords};
@@ -20,11 +22,94 @@ pub struct OwnRecord<'a> {
     pub fields: &'a [String; 5],
 }
 
+/// The one candidates hash of a sharded lease (`lease.shards`), shared by the process's
+/// shards. Every replica contends for every shard, so its record says the same of it on each;
+/// the process keeps one record in `<keyPrefix><lease.name>:candidates` instead of one per
+/// shard, and its shards' rounds share the writes and reads of it: a round whose own record
+/// says what the last write said, and which comes within a quarter of the record's life of
+/// that write, is answered from the write's read, without a command. A read alone (a leader
+/// choosing a successor) always goes to the nodes.
+#[derive(Debug, Default)]
+pub struct SharedRecords {
+    state: tokio::sync::Mutex<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Per shard (its [`Redlock`] tag), what its last round said of this sidecar: ready,
+    /// pending. The record says ready while every shard says so, and pending while any does.
+    said: BTreeMap<u64, (bool, bool)>,
+    /// The last write and what it read.
+    last: Option<Written>,
+    /// The record was withdrawn (shutdown): later rounds only read.
+    withdrawn: bool,
+}
+
+#[derive(Debug)]
+struct Written {
+    /// When the round that wrote it began.
+    started: Instant,
+    fields: [String; 5],
+    read: Vec<Candidate>,
+}
+
+impl Shared {
+    /// The record the process writes for `tag`'s round saying `fields`.
+    fn combined(&mut self, tag: u64, fields: &[String; 5]) -> [String; 5] {
+        let flag = |f: &String| f == "1";
+        let said = (
+            flag(&fields[candidates::READY]),
+            flag(&fields[candidates::PENDING]),
+        );
+        self.said.insert(tag, said);
+        let flag = |b: bool| if b { "1" } else { "0" }.to_string();
+        let mut out = fields.clone();
+        out[candidates::READY] = flag(self.said.values().all(|s| s.0));
+        out[candidates::PENDING] = flag(self.said.values().any(|s| s.1));
+        out
+    }
+}
+
 impl Redlock {
     /// Write this sidecar's candidate record (when `mine` is given) and read everyone's, on every
     /// node in parallel. Returns the candidates a quorum of nodes holds, or `None` when fewer
-    /// than a quorum answered. Each record lives for `life`.
+    /// than a quorum answered. Each record lives for `life`. A shard of a sharded lease shares
+    /// the round with its process's other shards ([`SharedRecords`]).
     pub async fn candidates(
+        &self,
+        mine: Option<OwnRecord<'_>>,
+        life: Duration,
+    ) -> Option<Vec<Candidate>> {
+        let (Some(shared), Some(mine)) = (self.shared.as_ref(), mine) else {
+            return self.candidates_round(mine, life).await;
+        };
+        let mut s = shared.state.lock().await;
+        if s.withdrawn {
+            return self.candidates_round(None, life).await;
+        }
+        let fields = s.combined(self.tag, mine.fields);
+        if let Some(last) = s.last.as_ref()
+            && last.fields == fields
+            && last.started.elapsed() < life / 4
+        {
+            return Some(last.read.clone());
+        }
+        let started = Instant::now();
+        let own = OwnRecord {
+            identity: mine.identity,
+            fields: &fields,
+        };
+        let read = self.candidates_round(Some(own), life).await;
+        s.last = read.clone().map(|read| Written {
+            started,
+            fields,
+            read,
+        });
+        read
+    }
+
+    /// One candidates round on every node: [`Redlock::candidates`] without the sharing.
+    async fn candidates_round(
         &self,
         mine: Option<OwnRecord<'_>>,
         life: Duration,
@@ -49,7 +134,20 @@ impl Redlock {
     }
 
     /// Remove this sidecar's candidate record on every node in parallel (graceful shutdown).
+    /// A sharded lease's shared record is withdrawn once, by the first of its shards; the
+    /// others' rounds then only read.
     pub async fn withdraw(&self, identity: &str) {
+        let Some(shared) = self.shared.as_ref() else {
+            return self.withdraw_round(identity).await;
+        };
+        let mut s = shared.state.lock().await;
+        if !std::mem::replace(&mut s.withdrawn, true) {
+            s.last = None;
+            self.withdraw_round(identity).await;
+        }
+    }
+
+    async fn withdraw_round(&self, identity: &str) {
         let script = &scripts().candidates;
         let keys = [self.candidates_key.as_str()];
         let args = [identity, "1", "withdraw", "0", "0", "0", ""];
@@ -86,5 +184,31 @@ pub(super) fn parse_candidates(items: Vec<Value>) -> NodeRecords {
     NodeRecords {
         now_us: now,
         entries,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(ready: bool, pending: bool) -> [String; 5] {
+        let flag = |b: bool| if b { "1" } else { "0" }.to_string();
+        [
+            flag(ready),
+            "2".into(),
+            "7".into(),
+            flag(pending),
+            "rev".into(),
+        ]
+    }
+
+    #[test]
+    fn a_shared_record_says_ready_while_every_shard_does_and_pending_while_any_does() {
+        let mut s = Shared::default();
+        assert_eq!(s.combined(1, &fields(true, false)), fields(true, false));
+        assert_eq!(s.combined(2, &fields(false, true)), fields(false, true));
+        // Shard 2's last word still counts when shard 1 speaks again.
+        assert_eq!(s.combined(1, &fields(true, false)), fields(false, true));
+        assert_eq!(s.combined(2, &fields(true, false)), fields(true, false));
     }
 }

@@ -48,8 +48,23 @@ pub struct Watched {
 
 impl Redlock {
     /// One watch round on every node in parallel: the holder and the candidates, the own record
-    /// written when `mine` is given (each record lives for `life`).
+    /// written when `mine` is given (each record lives for `life`). A shard of a sharded lease
+    /// watches its key alone and has the records from the round its process's shards share
+    /// ([`super::SharedRecords`]); the candidates are then `None` unless a quorum answered both.
     pub async fn watch(&self, mine: Option<OwnRecord<'_>>, life: Duration) -> Watched {
+        if self.shared.is_none() {
+            return self.watch_round(mine, life).await;
+        }
+        let (key, records) =
+            tokio::join!(self.watch_round(None, life), self.candidates(mine, life));
+        Watched {
+            held: key.held,
+            candidates: key.candidates.and(records),
+        }
+    }
+
+    /// [`Redlock::watch`] on the lease's own keys; a shard's reads the key alone.
+    async fn watch_round(&self, mine: Option<OwnRecord<'_>>, life: Duration) -> Watched {
         let script = &scripts().watch;
         let life_ms = life.as_millis().max(1).to_string();
         let mut args: Vec<&str> = vec![mine.map_or("", |m| m.identity), &life_ms];
@@ -64,7 +79,12 @@ impl Redlock {
         let brief = mine.is_some()
             && !turn.is_multiple_of(self.brief_every)
             && lock_records(&self.records_seen).iter().all(Option::is_some);
-        args.push(if brief { "1" } else { "0" });
+        let key_only = self.shared.is_some();
+        args.push(match (key_only, brief) {
+            (true, _) => "2",
+            (false, true) => "1",
+            (false, false) => "0",
+        });
         let keys = [
             self.key.as_str(),
             self.candidates_key.as_str(),
@@ -91,6 +111,7 @@ impl Redlock {
         let (keys_seen, records): (Vec<KeySeen>, Vec<_>) = answers
             .into_iter()
             .map(|(i, seen, records)| match (brief, last[i].as_ref()) {
+                _ if key_only => (seen, records),
                 (true, Some(before)) => (seen, with_own(before, records)),
                 _ => {
                     last[i] = Some(records.clone());

@@ -100,6 +100,14 @@ fn ops() -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>)> {
             vec!["{p}b", "{p}b:epoch", "{p}b:res"],
             vec!["me#2", "5000", "9"],
         ),
+        // The key-only watch of a shard (a sharded lease's records are one round of their
+        // own): the holder and, for a holder not seen before, the epoch; no record written or
+        // read, though an identity is given.
+        (
+            "watch",
+            vec!["{p}a", "{p}a:cand", "{p}a:epoch"],
+            vec!["they", "3000", "1", "0", "0", "0", "r1", "", "2"],
+        ),
     ]
 }
 
@@ -173,12 +181,13 @@ fn a_batch_answers_each_op_as_its_own_script_would() {
     // known, so no epoch), and the other record is still there, and the hash alive.
     assert_eq!(alone[5], ["true", "me#1", "7", "me", "you"], "full watch");
     assert_eq!(alone[7], ["true", "me#1", "-1", "me", "you"], "brief watch");
+    assert_eq!(alone[9], ["true", "me#1", "7"], "key-only watch");
     for p in ["alone:", "batch:"] {
         let ids: Vec<String> = redis::cmd("HKEYS")
             .arg(format!("{p}a:cand"))
             .query(&mut raw)
             .expect("HKEYS");
-        assert_eq!(ids.len(), 2, "{p}: {ids:?}");
+        assert_eq!(ids.len(), 2, "{p}: no record but me's and you's: {ids:?}");
         let ttl: i64 = redis::cmd("PTTL")
             .arg(format!("{p}a:cand"))
             .query(&mut raw)
@@ -213,10 +222,16 @@ fn views(s: &Sidecar) -> Vec<View> {
 
 /// `EVALSHA` calls a node ran over `window`, per second.
 fn evalsha_rate(node: &Redis, window: Duration) -> f64 {
+    command_rate(node, "evalsha", window)
+}
+
+/// Calls of `command` (lower case; inside scripts too) a node ran over `window`, per second.
+fn command_rate(node: &Redis, command: &str, window: Duration) -> f64 {
+    let prefix = format!("cmdstat_{command}:");
     let calls = || -> u64 {
         let info = node.cli(&["INFO", "commandstats"]).unwrap_or_default();
         info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("calls=")))
             .and_then(|c| c.trim().parse().ok())
             .unwrap_or(0)
@@ -274,4 +289,80 @@ fn many_leases_cost_a_node_about_one_call_per_period() {
         assert!(va.is_leader && !vb.is_leader, "{va:?} {vb:?}");
         assert_eq!(vb.leader.as_deref(), Some("batch-a"));
     }
+}
+
+const SHARDS: usize = 16;
+
+fn start_sharded(identity: &str, nodes: &[&Redis]) -> Sidecar {
+    let opts = Opts {
+        lease: "rec".into(),
+        extra: vec!["--shards".into(), SHARDS.to_string()],
+        ..Opts::default()
+    };
+    Sidecar::start(identity, nodes, &opts)
+}
+
+/// A sharded lease keeps one candidates hash, `<keyPrefix><lease.name>:candidates`, with one
+/// record per sidecar, and a process's shards share the round that writes and reads it: a
+/// sidecar writes its record a few times per renewal period, not once per shard.
+#[test]
+fn a_sharded_lease_keeps_one_record_per_sidecar_for_all_its_shards() {
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let a = start_sharded("rec-a", &refs);
+    let b = start_sharded("rec-b", &refs);
+    // Balanced: each leads half, and each names the other as the leader of the rest.
+    wait_for(Duration::from_secs(20), Duration::from_millis(50), || {
+        let (va, vb) = (views(&a), views(&b));
+        let led = |v: &[View], me: &str| {
+            v.iter()
+                .filter(|v| v.is_leader && v.leader.as_deref() == Some(me))
+                .count()
+        };
+        let known = |v: &[View]| v.iter().all(|v| v.leader.is_some());
+        (led(&va, "rec-a") == SHARDS / 2
+            && led(&vb, "rec-b") == SHARDS / 2
+            && known(&va)
+            && known(&vb))
+        .then_some(())
+    })
+    .unwrap_or_else(|| panic!("balanced:\n{}\n{}", a.logs(), b.logs()));
+    std::thread::sleep(Duration::from_secs(1));
+    for (i, node) in nodes.iter().enumerate() {
+        let mut raw = redis::Client::open(format!("redis://127.0.0.1:{}/", node.port))
+            .and_then(|c| c.get_connection())
+            .expect("connect");
+        let mut query = |args: &[&str]| -> Vec<String> {
+            let mut ids: Vec<String> = redis::cmd(args[0])
+                .arg(&args[1..])
+                .query(&mut raw)
+                .expect("query");
+            ids.sort_unstable();
+            ids
+        };
+        let ids = query(&["HKEYS", "redlock-elector:rec:candidates"]);
+        assert_eq!(
+            ids,
+            ["rec-a", "rec-b"],
+            "node {i}: one record per sidecar; keys: {:?}",
+            query(&["KEYS", "*"])
+        );
+        let per_shard = query(&["KEYS", "redlock-elector:rec-*:candidates"]);
+        assert!(
+            per_shard.is_empty(),
+            "node {i}: a hash per shard: {per_shard:?}"
+        );
+    }
+    let hset = command_rate(&nodes[0], "hset", Duration::from_secs(4));
+    // ttl 1 s: a record lives three renewal periods (1 s), and the shared round writes it again
+    // once a quarter of that has passed: about 4 writes per second per sidecar at most. A
+    // record per shard would be 16 per renewal period, 48 per second per sidecar.
+    eprintln!(
+        "{SHARDS} shards over 2 sidecars: node 1 ran {hset:.1} HSET/s (a record per shard: about 96)"
+    );
+    assert!(
+        hset <= 12.0,
+        "node 1 ran {hset:.1} HSET/s for 2 sidecars: the shards do not share their records\n{}",
+        a.logs()
+    );
 }

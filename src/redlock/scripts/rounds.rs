@@ -124,6 +124,9 @@ if holder ~= '' and holder ~= ARGV[8] then
   epoch = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
 end
 local out = {now, pttl, holder, epoch, now}
+if ARGV[9] == '2' then
+  return out
+end
 if ARGV[9] == '1' and ARGV[1] ~= '' then
 "#,
             own_record!("KEYS[2]"),
@@ -206,6 +209,11 @@ return out
 /// (only when ready), `HSET`, `PTTL` of the hash, `PEXPIRE` (only when shorter), `HKEYS`. A
 /// follower of many leases reads the others' records of each lease on every
 /// [`crate::redlock::BRIEF_EVERY`]-th watch only ([`crate::redlock::watch`]).
+///
+/// Key only (ARGV[9] = `2`: a shard of a sharded lease, whose records its process's shards
+/// share, [`crate::redlock::SharedRecords`]): `{now, pttl, holder, epoch, now}`, no record
+/// read or written. Commands: `TIME`, `GET`, `PTTL` (when held), `GET` of the epoch (a new
+/// holder).
 pub const WATCH: &str = concat!(now_us!(), watch_body!());
 
 /// Several leases' rounds in one call (`lease.names`, `lease.shards`: [`crate::redlock::node`]'s
