@@ -2,7 +2,9 @@
 //! many, at the binary's defaults (ttl 10s, retryEvery 1s) on the three dedicated nodes.
 //!
 //! Part 1, in one run: one sidecar leading one lease, then a follower of it; one sidecar leading
-//! 32 leases, then a follower of all 32 (`--leases`, so nothing balances them apart). The
+//! 32 leases, then a follower of all 32 (`--leases`, so nothing balances them apart); one
+//! sidecar leading 32 shards, then a follower of all 32 (`--shards`, the follower not a ready
+//! candidate, so the balancer gives it none). The
 //! rounds of a process's leases go to a node as one script call per period (batching), so
 //! what grows with the leases is the commands inside that call, not the calls: the figures give
 //! both, top-level (what a client sends) and all (inside scripts included).
@@ -126,52 +128,58 @@ fn leases_flags(n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Part 1: (leader, follower) of one lease and of `n` leases, what each adds to a node, in the
-/// order one-leader, one-follower, n-leader, n-follower.
-fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [Rates; 4] {
+/// What a leader adds to a node, then what a follower of it adds, each with its flags; the
+/// follower follows `n` leases, led by the leader.
+fn leader_then_follower(
+    nodes: &[&Redis],
+    window: Duration,
+    (lease, n): (&str, usize),
+    lead: &[&str],
+    follow: &[&str],
+) -> [Rates; 2] {
     let settle = Duration::from_secs(3);
     let base = rates(nodes, window);
-    let a = sidecar("one-a", "one", nodes, &[]);
-    wait_for(Duration::from_secs(30), || {
-        a.try_leader().filter(|v| v.is_leader)
+    let a = sidecar(&format!("{lease}{n}-a"), lease, nodes, lead);
+    wait_for(Duration::from_secs(60), || {
+        let all = leases_of(&a)?;
+        (all.iter().filter(|v| v.is_leader).count() == n).then_some(())
     })
-    .expect("one-a leads");
+    .expect("the leader leads every lease");
     std::thread::sleep(settle);
     let led = rates(nodes, window);
-    let b = sidecar("one-b", "one", nodes, &[]);
-    wait_for(Duration::from_secs(30), || {
-        b.try_leader()
-            .filter(|v| v.leader.as_deref() == Some("one-a"))
+    let b = sidecar(&format!("{lease}{n}-b"), lease, nodes, follow);
+    wait_for(Duration::from_secs(60), || {
+        follows_all(&a, &b, n).then_some(())
     })
-    .expect("one-b follows");
+    .expect("the follower follows every lease");
     std::thread::sleep(settle);
     let both = rates(nodes, window);
     drop((a, b));
     std::thread::sleep(Duration::from_secs(2));
-    let base_n = rates(nodes, window);
+    [led - base, both - led]
+}
+
+/// Part 1: (leader, follower) of one lease, of `n` leases (`--leases`) and of `n` shards
+/// (`--shards`; the follower's app is unhealthy, so it is not a ready candidate and the
+/// balancer leaves it every shard to follow).
+fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [[Rates; 2]; 3] {
+    let one = leader_then_follower(nodes, window, ("one", 1), &[], &[]);
     let flags = leases_flags(n);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let ma = sidecar("many-a", "", nodes, &flags);
-    wait_for(Duration::from_secs(60), || {
-        let all = leases_of(&ma)?;
-        (all.iter().filter(|v| v.is_leader).count() == n).then_some(())
-    })
-    .expect("many-a leads every lease");
-    std::thread::sleep(settle);
-    let many_led = rates(nodes, window);
-    let mb = sidecar("many-b", "", nodes, &flags);
-    wait_for(Duration::from_secs(60), || {
-        follows_all(&ma, &mb, n).then_some(())
-    })
-    .expect("many-b follows every lease");
-    std::thread::sleep(settle);
-    let many_both = rates(nodes, window);
-    [
-        led - base,
-        both - led,
-        many_led - base_n,
-        many_both - many_led,
-    ]
+    let many = leader_then_follower(nodes, window, ("", n), &flags, &flags);
+    let shards = n.to_string();
+    let lead = ["--shards", shards.as_str()];
+    // Nothing listens on port 1: the app's health check fails at once.
+    let unhealthy = [
+        "--shards",
+        shards.as_str(),
+        "--follow-app",
+        "true",
+        "--app-health-url",
+        "http://127.0.0.1:1/",
+    ];
+    let sharded = leader_then_follower(nodes, window, ("sharded", n), &lead, &unhealthy);
+    [one, many, sharded]
 }
 
 /// What a sharded fleet did: the time to balance and the window's figures.
@@ -243,131 +251,109 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
         "== shards: one lease against {N} in one sidecar, then sharded fleets, at the defaults (ttl 10s) on 3 dedicated nodes, {}s windows",
         window.as_secs()
     );
-    let [one_l, one_f, many_l, many_f] = one_against_many(nodes, window, N);
+    let [[one_l, one_f], many, sharded] = one_against_many(nodes, window, N);
     let push = |rep: &mut Report, what: &str, v: f64, note: &str| {
         rep.push(SECTION, Spec::info(what, v, "cmd/s", note));
     };
     let note = "INFO commandstats deltas, node mean; top-level = what the sidecar sends";
-    push(
-        rep,
-        "1 lease, leader: top-level commands/s per node",
-        one_l.top,
-        note,
-    );
-    push(
-        rep,
-        "1 lease, leader: all commands/s per node",
-        one_l.all,
-        "inside scripts included",
-    );
-    push(
-        rep,
-        "1 lease, follower: top-level commands/s per node",
-        one_f.top,
-        "",
-    );
-    push(
-        rep,
-        "1 lease, follower: all commands/s per node",
-        one_f.all,
-        "",
-    );
-    push(
-        rep,
-        &format!("{N} leases, leader: top-level commands/s per node"),
-        many_l.top,
-        "one sidecar leading all",
-    );
-    push(
-        rep,
-        &format!("{N} leases, leader: all commands/s per node"),
-        many_l.all,
-        "",
-    );
-    push(
-        rep,
-        &format!("{N} leases, follower: top-level commands/s per node"),
-        many_f.top,
-        "one sidecar following all",
-    );
-    push(
-        rep,
-        &format!("{N} leases, follower: all commands/s per node"),
-        many_f.all,
-        "",
-    );
+    for (what, r, note) in [
+        ("1 lease, leader", one_l, note),
+        ("1 lease, follower", one_f, ""),
+    ] {
+        push(
+            rep,
+            &format!("{what}: top-level commands/s per node"),
+            r.top,
+            note,
+        );
+        push(rep, &format!("{what}: all commands/s per node"), r.all, "");
+    }
     // No command at all in a short (quick) window: no ratio, rather than a division by zero.
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
-    rep.push(
-        SECTION,
-        Spec::at_most(
-            &format!("{N} leases / 1 lease, leader: top-level commands"),
-            ratio(many_l.top, one_l.top),
-            "×",
-            2.0,
-            "issue 37: at most 2× one lease, leading or following",
-        ),
-    );
-    rep.push(
-        SECTION,
-        Spec::at_most(
-            &format!("{N} leases / 1 lease, follower: top-level commands"),
-            ratio(many_f.top, one_f.top),
-            "×",
-            2.0,
-            "",
-        ),
-    );
-    rep.push(
-        SECTION,
-        Spec::info(
-            &format!("{N} leases / 1 lease, leader: all commands"),
-            ratio(many_l.all, one_l.all),
-            "×",
-            "each lease's key is still touched every period, inside the one call",
-        ),
-    );
-    rep.push(
-        SECTION,
-        Spec::info(
-            &format!("{N} leases / 1 lease, follower: all commands"),
-            ratio(many_f.all, one_f.all),
-            "×",
-            "",
-        ),
-    );
     let us = "µs/s";
-    for (what, r) in [
-        ("1 lease, leader", one_l),
-        ("1 lease, follower", one_f),
-        (&format!("{N} leases, leader"), many_l),
-        (&format!("{N} leases, follower"), many_f),
-    ] {
-        let note = if what == "1 lease, leader" {
-            "INFO commandstats usec of EVALSHA/EVAL, node mean; the calls' I/O not included"
-        } else {
-            ""
-        };
+    let script_note =
+        "INFO commandstats usec of EVALSHA/EVAL, node mean; the calls' I/O not included";
+    for (what, r) in [("1 lease, leader", one_l), ("1 lease, follower", one_f)] {
         rep.push(
             SECTION,
             Spec::info(
                 &format!("{what}: Redis time in scripts per node"),
                 r.exec_us,
                 us,
-                note,
+                script_note,
             ),
         );
     }
-    for (what, many, one) in [("leader", many_l, one_l), ("follower", many_f, one_f)] {
-        rep.push(
-            SECTION,
-            Spec::info(
-                &format!("{N} leases / 1 lease, {what}: Redis time in scripts"),
-                ratio(many.exec_us, one.exec_us),
-                "×",
+    for (kind, [l, f], notes) in [
+        (
+            "leases",
+            many,
+            ["one sidecar leading all", "one sidecar following all"],
+        ),
+        (
+            "shards",
+            sharded,
+            [
+                "one sidecar leading all (alone, so no balancing)",
+                "one sidecar following all: its app unhealthy, so not a ready candidate and given no shard; a ready one writes the same record, plus one HGET per write",
+            ],
+        ),
+    ] {
+        let what = |role: &str| format!("{N} {kind}, {role}");
+        for (role, r, one, note) in [
+            ("leader", l, one_l, notes[0]),
+            ("follower", f, one_f, notes[1]),
+        ] {
+            push(
+                rep,
+                &format!("{}: top-level commands/s per node", what(role)),
+                r.top,
+                note,
+            );
+            push(
+                rep,
+                &format!("{}: all commands/s per node", what(role)),
+                r.all,
                 "",
-            ),
-        );
+            );
+            rep.push(
+                SECTION,
+                Spec::at_most(
+                    &format!("{N} {kind} / 1 lease, {role}: top-level commands"),
+                    ratio(r.top, one.top),
+                    "×",
+                    2.0,
+                    "issue 37: at most 2× one lease, leading or following",
+                ),
+            );
+            rep.push(
+                SECTION,
+                Spec::info(
+                    &format!("{N} {kind} / 1 lease, {role}: all commands"),
+                    ratio(r.all, one.all),
+                    "×",
+                    "each lease's key is still extended every period, inside the one call",
+                ),
+            );
+            rep.push(
+                SECTION,
+                Spec::info(
+                    &format!("{}: Redis time in scripts per node", what(role)),
+                    r.exec_us,
+                    us,
+                    "",
+                ),
+            );
+            rep.push(
+                SECTION,
+                Spec::info(
+                    &format!("{N} {kind} / 1 lease, {role}: Redis time in scripts"),
+                    ratio(r.exec_us, one.exec_us),
+                    "×",
+                    "",
+                ),
+            );
+        }
     }
     let big = if o.quick { 10 } else { 30 };
     for (sidecars, shards) in [(3, 64), (big, 256)] {
