@@ -188,9 +188,9 @@ fn longest_gap(led: &[bool]) -> usize {
 
 /// A rolling restart of 5 replicas with 32 shards, as a Deployment with `maxSurge: 1` does it:
 /// a new replica (a newer rank: priority 2 over 1, `prefer: newest`) starts and the shards
-/// rebalance, then an old one gets SIGTERM; five times. Every shard should move at most twice
-/// (the balancer hands shards to the new replicas and gives a shard that moved from old to old
-/// to a new one next): printed as met / not met, asserted at most 4; every shard has at most one leader at every instant, its tokens increase,
+/// rebalance, then an old one gets SIGTERM; five times. Every shard moves at most twice (the
+/// balancer hands shards to the new replicas and gives a shard that moved from old to old to a
+/// new one next); every shard has at most one leader at every instant, its tokens increase,
 /// and no gap is longer than a handover (far below the ttl: no shard waits for an expiry).
 /// Prints each shard's moves and longest leaderless gap.
 #[test]
@@ -269,10 +269,10 @@ fn a_rolling_restart_of_five_replicas_moves_shards_on_to_the_new_ones_without_an
             gaps[gaps.len() - 1]
         ),
     );
-    // Issue 37 asks for at most two moves per shard. The rank-aware balancer meets it when its
-    // views are current (5 of 6 runs; every simulated rollout, balance.rs); on a machine loaded
-    // far beyond its cores the views lag and one run moved shards up to 4 times. The figure is
-    // printed as met / not met; the test fails above 4, the rank-blind balancer's worst.
+    // Issue 37 asks for at most two moves per shard. The rollout plan (one plan of targets for
+    // the fleet, the move counts carried in the release notices) meets it in every simulated
+    // rollout (elector::balance::tests::rollout) and in every real run since (12 of 12 on
+    // 2026-11-28, 6 of them beside a full CI run and 3 busy loops on 2 cores).
     report(
         "at most two moves per shard (issue 37)",
         match twice.is_empty() {
@@ -282,7 +282,7 @@ fn a_rolling_restart_of_five_replicas_moves_shards_on_to_the_new_ones_without_an
     );
     let worst = moves.keys().max().copied().unwrap_or(0);
     assert!(
-        worst <= 4,
+        worst <= 2,
         "a shard moved {worst} times: {twice:?}; the handovers:\n{}",
         old.iter()
             .chain(&new)
