@@ -796,16 +796,27 @@ fn with_several_leases_each_pod_leading_one_keeps_its_leader_label() {
     let fake = FakeApi::start();
     let nodes = redis_cluster(3, TTL);
     let extra = ["--lease", "", "--leases", "one", "--leases", "two"];
-    let mut sidecars = start_pods(&fake, &nodes, &["pod-a", "pod-b"], &extra);
+    let leads = led_leases;
+    // pod-a starts alone and leads both; pod-b then follows both. (Two pods started together
+    // may each win one lease, which is as correct, but leaves nothing to step down from; CI on
+    // bdca1e5 saw it.)
+    let mut sidecars = start_pods(&fake, &nodes, &["pod-a"], &extra);
+    wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+        (leads(&sidecars[0]).len() == 2).then_some(())
+    })
+    .unwrap_or_else(|| panic!("pod-a alone did not lead both:\n{}", sidecars[0].logs()));
+    sidecars.extend(start_pods(&fake, &nodes, &["pod-b"], &extra));
     let pods = ["pod-a", "pod-b"];
     let refs: Vec<&Sidecar> = sidecars.iter().collect();
-    let leads = led_leases;
-    // Whoever leads both steps down from one: the other pod takes it.
-    let both = wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
-        refs.iter().position(|s| leads(s).len() == 2)
+    wait_for(Duration::from_secs(10), Duration::from_millis(10), || {
+        let (_, body) = http("GET", refs[1].api_port, "/leases")?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let all = v["leases"].as_array()?;
+        all.iter().all(|l| l["leader"] == "pod-a").then_some(())
     })
-    .unwrap_or_else(|| panic!("nobody led both leases:\n{}", all_logs(&refs)));
-    let other = 1 - both;
+    .unwrap_or_else(|| panic!("pod-b does not follow pod-a:\n{}", all_logs(&refs)));
+    // The pod that leads both steps down from one: the other pod takes it.
+    let (both, other) = (0, 1);
     let took = annotation_becomes(
         &fake,
         pods[both],
