@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Opts, Pki, Redis, Sidecar, binary, free_port, report, sole_leader, wait_for};
+use redlock_elector::redlock::BRIEF_ABOVE;
 
 /// The minimal ACL as docs/operating/managed-redis.md and the chart's values.yaml give it
 /// (`PASSWORD` is a placeholder). The tests apply exactly this line, with only the password substituted.
@@ -469,6 +470,104 @@ fn minimal_acl_user() {
     assert!(
         !out.contains(pw) && !err.contains(pw),
         "check-config printed the password"
+    );
+}
+
+/// The paths a plain election never takes, under the documented ACL: a renewal that heals the
+/// key a node lost (it reads the successor's reservation first), and a follower of more than
+/// [`BRIEF_ABOVE`] leases (its brief watch lists the other candidates). Each once called a
+/// command the ACL lacks (`EXISTS`, `HKEYS`): the key stayed lost on that node, the follower
+/// was denied.
+#[test]
+fn minimal_acl_user_heals_a_lost_key_and_follows_many_leases() {
+    let pki = Pki::new();
+    let pw = "acl-user-Secret-5";
+    let nodes = tls_nodes(&pki, 3, false, &[]);
+    for n in &nodes {
+        apply_acl(n, ACL_USER, pw, &[]);
+        assert_eq!(
+            n.cli(&["ACL", "SETUSER", "default", "off"]).as_deref(),
+            Some("OK")
+        );
+    }
+    let names = by_name(&nodes);
+    let ca = pki.arg("ca.crt");
+    let leases: Vec<String> = (0..=BRIEF_ABOVE).map(|i| format!("acl-{i}")).collect();
+    let mut extra = vec![
+        "--redis-tls-ca-file",
+        ca.as_str(),
+        "--redis-username",
+        ACL_USER,
+    ];
+    for l in &leases {
+        extra.extend(["--leases", l.as_str()]);
+    }
+    let mut o = opts(&extra, &[("REDLOCK_ELECTOR_REDIS_PASSWORD", pw)]);
+    o.lease = String::new();
+    let views = |s: &Sidecar| -> Vec<common::View> {
+        #[derive(serde::Deserialize)]
+        struct Leases {
+            leases: Vec<common::View>,
+        }
+        common::http("GET", s.api_port, "/leases")
+            .and_then(|(_, body)| serde_json::from_str::<Leases>(&body).ok())
+            .map_or(vec![], |l| l.leases)
+    };
+    let a = Sidecar::start_urls("a", &names, &o);
+    let led = wait_for(Duration::from_secs(15), Duration::from_millis(20), || {
+        (views(&a).iter().filter(|v| v.is_leader).count() == leases.len()).then_some(())
+    });
+    assert!(led.is_some(), "a did not lead every lease:\n{}", a.logs());
+    let b = Sidecar::start_urls("b", &names, &o);
+    let follows = wait_for(Duration::from_secs(15), Duration::from_millis(20), || {
+        let v = views(&b);
+        (v.len() == leases.len() && v.iter().all(|v| v.leader.as_deref() == Some("a")))
+            .then_some(())
+    });
+    assert!(
+        follows.is_some(),
+        "b did not follow a on every lease:\n{}",
+        b.logs()
+    );
+    // The key node 0 lost (as a restart without persistence loses it), healed by a renewal.
+    let key = format!("redlock-elector:{}", leases[0]);
+    let held = nodes[0].cli(&["GET", &key]).unwrap_or_default();
+    assert!(!held.is_empty(), "a's key is not on node 0");
+    assert_eq!(nodes[0].cli(&["DEL", &key]).as_deref(), Some("1"));
+    let lost = Instant::now();
+    let healed = wait_for(Duration::from_secs(4), Duration::from_millis(5), || {
+        (nodes[0].cli(&["GET", &key]).as_deref() == Some(held.as_str())).then_some(())
+    });
+    assert!(
+        healed.is_some(),
+        "the renewals did not heal a's key on node 0 (ttl 2s):\n{}",
+        a.logs()
+    );
+    report(
+        "minimal ACL user: a lost key healed by the next renewal after",
+        format!("{:?}", lost.elapsed()),
+    );
+    // Several watch periods of b's, brief ones among them.
+    std::thread::sleep(Duration::from_secs(3));
+    for s in [&a, &b] {
+        let warnings: Vec<serde_json::Value> = log_lines(s)
+            .into_iter()
+            .filter(|l| l["level"] == "WARN" && l["reason"].is_string())
+            .collect();
+        assert!(
+            warnings.iter().all(|l| l["reason"] == "timeout"),
+            "{}: a connection warning with the minimal ACL:\n{}",
+            s.identity,
+            s.logs()
+        );
+        assert_no_secret(s, &[pw]);
+    }
+    assert!(
+        views(&b)
+            .iter()
+            .all(|v| v.leader.as_deref() == Some("a") && !v.is_leader),
+        "b stopped following a:\n{}",
+        b.logs()
     );
 }
 

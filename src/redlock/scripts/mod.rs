@@ -231,3 +231,47 @@ static ALL: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 pub fn scripts() -> &'static Scripts {
     &ALL
 }
+
+#[cfg(test)]
+mod tests {
+    use super::scripts;
+
+    /// The documented minimal ACL (docs/operating/managed-redis.md, applied verbatim by
+    /// `tests/suite/managed_redis.rs`) allows every command any script calls: a command missing
+    /// there fails only on the path that calls it (a renewal healing a restarted node's key, a
+    /// follower of many leases), under an ACL user.
+    #[test]
+    fn every_command_a_script_calls_is_in_the_minimal_acl() {
+        let page = include_str!("../../../docs/operating/managed-redis.md");
+        let acl = page
+            .lines()
+            .find(|l| l.starts_with("ACL SETUSER redlock-elector "))
+            .expect("the page gives the ACL line");
+        let allowed: Vec<&str> = acl
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix('+'))
+            .collect();
+        let mut called = std::collections::BTreeSet::new();
+        for script in scripts().all() {
+            for (i, _) in script.source.match_indices("redis.call('") {
+                let rest = &script.source[i + "redis.call('".len()..];
+                let name = &rest[..rest.find('\'').expect("a quoted command")];
+                called.insert((name.to_ascii_lowercase(), script.name));
+            }
+        }
+        assert!(called.len() > 10, "the scan found the calls: {called:?}");
+        let missing: Vec<_> = called
+            .iter()
+            .filter(|(name, _)| !allowed.contains(&name.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "(command, script) the minimal ACL does not allow: {missing:?}\n{acl}"
+        );
+        // The page's sentence that names the scripts' commands names each of them.
+        for (name, _) in &called {
+            let upper = format!("`{}`", name.to_ascii_uppercase());
+            assert!(page.contains(&upper), "the page does not name {upper}");
+        }
+    }
+}

@@ -48,7 +48,7 @@ if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   r = 1
 elseif not v then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
+  if redis.call('GET', KEYS[3]) then
     return {now, 3}
   end
   redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
@@ -66,8 +66,8 @@ return {now, r}
 }
 /// Renew and assert the fencing epoch. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
 /// token. Ours → PEXPIRE, `{now, 1}`. Missing (the node lost it: restart) → healed with SET NX,
-/// `{now, 2}`, unless a release reserved the node for a successor: then `{now, 3}`, nothing
-/// written (a renewal that arrives late, after its own release, must not re-create the
+/// `{now, 2}`, unless a release reserved the node for a successor (read with `GET`: the minimal
+/// ACL has no `EXISTS`): then `{now, 3}`, nothing written (a renewal that arrives late, after its own release, must not re-create the
 /// releaser's key over the successor's reservation and make the release proof false).
 /// Someone else's → `{now, 0}`. On 1 or 2 the epoch is raised to the token if lower
 /// (set-if-greater).
@@ -132,10 +132,10 @@ if ARGV[9] == '1' and ARGV[1] ~= '' then
             own_record!("KEYS[2]"),
             r#"  out[#out + 1] = ARGV[1]
   out[#out + 1] = value
-  local ids = redis.call('HKEYS', KEYS[2])
-  for i = 1, #ids do
-    if ids[i] ~= ARGV[1] then
-      out[#out + 1] = ids[i]
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    if all[i] ~= ARGV[1] then
+      out[#out + 1] = all[i]
       out[#out + 1] = ''
     end
   end
@@ -206,7 +206,8 @@ return out
 /// expired records not dropped (a full read does that): `{now, pttl, holder, epoch, now, id,
 /// value, id2, '', ...}`, the hash kept alive for a lifetime as [`CANDIDATES`] keeps it.
 /// Commands: `TIME`, `GET`, `PTTL` (when held), `GET` of the epoch (a new holder), `HGET`
-/// (only when ready), `HSET`, `PTTL` of the hash, `PEXPIRE` (only when shorter), `HKEYS`. A
+/// (only when ready), `HSET`, `PTTL` of the hash, `PEXPIRE` (only when shorter), `HGETALL`
+/// (its identities only returned: the minimal ACL has no `HKEYS`). A
 /// follower of many leases reads the others' records of each lease on every
 /// [`crate::redlock::BRIEF_EVERY`]-th watch only ([`crate::redlock::watch`]).
 ///
