@@ -7,7 +7,10 @@
 //! candidate, so the balancer gives it none). The
 //! rounds of a process's leases go to a node as one script call per period (batching), so
 //! what grows with the leases is the commands inside that call, not the calls: the figures give
-//! both, top-level (what a client sends) and all (inside scripts included).
+//! both, top-level (what a client sends) and all (inside scripts included), and the floor the
+//! SPEC's renewal puts under the leader's. Part 1b (full mode): the Redis CPU one sidecar adds,
+//! one lease against 32 shards, 8 sidecars at once (one alone is within the idle node's own
+//! variation).
 //!
 //! Part 2: sharded fleets, 3 sidecars × 64 shards and 30 sidecars × 256 (quick mode: 10 ×
 //! 256): the time to a balanced assignment, then commands/s per node, per sidecar and per lease,
@@ -122,6 +125,20 @@ fn follows_all(leader: &Sidecar, follower: &Sidecar, n: usize) -> bool {
             == n
 }
 
+/// Wait until a quorum counts the votes of every lease of every one of `sidecars` (its clock
+/// watch past the start-up ttl + margin), then `settle`: a window then sees the steady state,
+/// not the start-up's attempts and attestations.
+fn steady(sidecars: &[&Sidecar], settle: Duration) {
+    let counted = wait_for(Duration::from_secs(60), || {
+        sidecars
+            .iter()
+            .all(|s| leases_of(s).is_some_and(|v| !v.is_empty() && v.iter().all(|v| v.eligible)))
+            .then_some(())
+    });
+    assert!(counted.is_some(), "a sidecar's votes still do not count");
+    std::thread::sleep(settle);
+}
+
 fn leases_flags(n: usize) -> Vec<String> {
     (0..n)
         .flat_map(|i| ["--leases".to_string(), format!("many-{i}")])
@@ -145,14 +162,14 @@ fn leader_then_follower(
         (all.iter().filter(|v| v.is_leader).count() == n).then_some(())
     })
     .expect("the leader leads every lease");
-    std::thread::sleep(settle);
+    steady(&[&a], settle);
     let led = rates(nodes, window);
     let b = sidecar(&format!("{lease}{n}-b"), lease, nodes, follow);
     wait_for(Duration::from_secs(60), || {
         follows_all(&a, &b, n).then_some(())
     })
     .expect("the follower follows every lease");
-    std::thread::sleep(settle);
+    steady(&[&a, &b], settle);
     let both = rates(nodes, window);
     drop((a, b));
     std::thread::sleep(Duration::from_secs(2));
@@ -180,6 +197,52 @@ fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [[Rates; 2]
     ];
     let sharded = leader_then_follower(nodes, window, ("sharded", n), &lead, &unhealthy);
     [one, many, sharded]
+}
+
+/// The Redis CPU (µs/s, node mean) one sidecar adds, leading `n` leases and then following
+/// them, measured on `k` pairs at once, each pair on its own lease (`lead`, `follow`: their
+/// flags): one sidecar's share is within the idle node's own variation, `k` of them are not.
+fn redis_cpu_per_sidecar(
+    nodes: &[&Redis],
+    window: Duration,
+    (what, n, k): (&str, usize, usize),
+    lead: &[&str],
+    follow: &[&str],
+) -> [f64; 2] {
+    let settle = Duration::from_secs(3);
+    let base = rates(nodes, window).cpu_us;
+    let start = |role: &str, i: usize, flags: &[&str]| {
+        sidecar(
+            &format!("{what}-{role}{i}"),
+            &format!("{what}-{i}"),
+            nodes,
+            flags,
+        )
+    };
+    let leaders: Vec<Sidecar> = (0..k).map(|i| start("l", i, lead)).collect();
+    let led = wait_for(Duration::from_secs(90), || {
+        leaders
+            .iter()
+            .all(|s| leases_of(s).is_some_and(|v| v.iter().filter(|v| v.is_leader).count() == n))
+            .then_some(())
+    });
+    assert!(led.is_some(), "{what}: not every leader leads its {n}");
+    steady(&leaders.iter().collect::<Vec<_>>(), settle);
+    let leading = rates(nodes, window).cpu_us;
+    let followers: Vec<Sidecar> = (0..k).map(|i| start("f", i, follow)).collect();
+    let following = wait_for(Duration::from_secs(90), || {
+        leaders
+            .iter()
+            .zip(&followers)
+            .all(|(l, f)| follows_all(l, f, n))
+            .then_some(())
+    });
+    assert!(following.is_some(), "{what}: not every follower follows");
+    steady(&followers.iter().collect::<Vec<_>>(), settle);
+    let both = rates(nodes, window).cpu_us;
+    drop((leaders, followers));
+    std::thread::sleep(Duration::from_secs(2));
+    [(leading - base) / k as f64, (both - leading) / k as f64]
 }
 
 /// What a sharded fleet did: the time to balance and the window's figures.
@@ -239,6 +302,99 @@ fn fleet(nodes: &[&Redis], window: Duration, sidecars: usize, shards: usize) -> 
         cpu,
         rss,
         redis_cpu: cpu_us / 1e4,
+    }
+}
+
+/// The binary's defaults, as [`sidecar`] runs it: ttl 10 s, `renewEvery` ttl/3.
+const RENEW_EVERY_SECS: f64 = 10.0 / 3.0;
+
+/// What the SPEC leaves no way around for a leader of `n` shards, against twice one lease's
+/// commands (`one`): each led shard is a lease with its own key on every node, extended on
+/// every renewal (one `PEXPIRE` at least), its fencing epoch re-asserted (a read, `GET`) after
+/// the holder's check (`GET`).
+fn floors(rep: &mut Report, one: f64, n: usize) {
+    let extend = n as f64 / RENEW_EVERY_SECS;
+    let renew = 3.0 * extend;
+    let twice = format!(
+        "2 × one lease's commands is {:.1}/s; ttl 10 s, renewEvery ttl/3",
+        2.0 * one
+    );
+    for (what, v, note) in [
+        (
+            "key extensions alone (one PEXPIRE per led shard per renewal)",
+            extend,
+            twice.as_str(),
+        ),
+        (
+            "renewals as the SPEC has them (the key checked and extended, the epoch re-asserted)",
+            renew,
+            "",
+        ),
+    ] {
+        rep.push(
+            SECTION,
+            Spec::info(
+                &format!("{n} shards, leader: floor of commands/s per node, {what}"),
+                v,
+                "cmd/s",
+                note,
+            ),
+        );
+        rep.push(
+            SECTION,
+            Spec::info(
+                &format!("{n} shards / 1 lease, leader: floor, {what}"),
+                v / one,
+                "×",
+                "",
+            ),
+        );
+    }
+}
+
+/// Part 1b (full mode): the Redis CPU a sidecar adds, 8 at once, one lease against `n` shards.
+fn cpu_per_sidecar(rep: &mut Report, nodes: &[&Redis], window: Duration, n: usize) {
+    const K: usize = 8;
+    eprintln!(
+        "  Redis CPU per sidecar: {K} leaders and {K} followers of 1 lease, then of {n} shards"
+    );
+    let one = redis_cpu_per_sidecar(nodes, window, ("cpu-one", 1, K), &[], &[]);
+    let shards = n.to_string();
+    let lead = ["--shards", shards.as_str()];
+    let unhealthy = [
+        "--shards",
+        shards.as_str(),
+        "--follow-app",
+        "true",
+        "--app-health-url",
+        "http://127.0.0.1:1/",
+    ];
+    let many = redis_cpu_per_sidecar(nodes, window, ("cpu-sharded", n, K), &lead, &unhealthy);
+    let note = format!(
+        "INFO cpu deltas, node mean, {K} sidecars at once (each pair on its own lease) divided by {K}"
+    );
+    for (i, role) in ["leader", "follower"].into_iter().enumerate() {
+        for (what, v) in [("1 lease", one[i]), (&format!("{n} shards")[..], many[i])] {
+            rep.push(
+                SECTION,
+                Spec::info(
+                    &format!("{what}, {role}: Redis CPU per sidecar per node"),
+                    v,
+                    "µs/s",
+                    &note,
+                ),
+            );
+        }
+        rep.push(
+            SECTION,
+            Spec::at_most(
+                &format!("{n} shards / 1 lease, {role}: Redis CPU"),
+                many[i] / one[i],
+                "×",
+                2.0,
+                "issue 37's 2×, in the node's CPU (the reading and writing of the calls included)",
+            ),
+        );
     }
 }
 
@@ -354,6 +510,10 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
                 ),
             );
         }
+    }
+    floors(rep, one_l.all, N);
+    if !o.quick {
+        cpu_per_sidecar(rep, nodes, window, N);
     }
     let big = if o.quick { 10 } else { 30 };
     for (sidecars, shards) in [(3, 64), (big, 256)] {

@@ -27,8 +27,10 @@ use crate::redlock::scripts::{Script, scripts};
 /// instant fire within the same timer tick, so they are all queued well within it.
 pub const WINDOW: Duration = Duration::from_millis(1);
 
-/// At most this many ops go in one call (a sidecar with 256 shards sends 8 per period).
-pub const MAX_OPS: usize = 32;
+/// At most this many ops go in one call: 32 shards' rounds and the round of the record they
+/// share ([`crate::redlock::SharedRecords`]), so a sidecar with 32 × k shards sends k calls per
+/// period, not k + 1 with the record's alone in the last (a sidecar with 256 shards sends 8).
+pub const MAX_OPS: usize = 33;
 
 /// One lease's op waiting for its batch.
 pub(super) struct Op {
