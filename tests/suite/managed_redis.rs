@@ -48,6 +48,39 @@ fn tls_nodes(pki: &Pki, n: usize, client_certs: bool, extra: &[&str]) -> Vec<Red
     nodes
 }
 
+/// 3 TLS-only servers with [`MINIMAL_ACL`]'s user (`password`), and the default user off: only
+/// the ACL user's rights count.
+fn acl_nodes(pki: &Pki, password: &str) -> Vec<Redis> {
+    let nodes = tls_nodes(pki, 3, false, &[]);
+    for n in &nodes {
+        apply_acl(n, ACL_USER, password, &[]);
+        assert_eq!(
+            n.cli(&["ACL", "SETUSER", "default", "off"]).as_deref(),
+            Some("OK")
+        );
+    }
+    nodes
+}
+
+/// Assert that `s` warned of no connection failure but timeouts (with the documented ACL
+/// nothing is denied, `auth` or `noperm`, nor fails otherwise; a connect that a loaded machine
+/// did not finish within the connect timeout says nothing of the ACL) and logged no `secret`.
+/// Returns the timeouts it warned of.
+fn assert_only_timeouts(s: &Sidecar, secret: &str) -> usize {
+    let warnings: Vec<serde_json::Value> = log_lines(s)
+        .into_iter()
+        .filter(|l| l["level"] == "WARN" && l["reason"].is_string())
+        .collect();
+    assert!(
+        warnings.iter().all(|l| l["reason"] == "timeout"),
+        "{}: a connection warning with the minimal ACL:\n{}",
+        s.identity,
+        s.logs()
+    );
+    assert_no_secret(s, &[secret]);
+    warnings.iter().filter(|l| l["reason"] == "timeout").count()
+}
+
 /// `rediss://localhost:<port>`: the server certificate names `localhost`.
 fn by_name(nodes: &[Redis]) -> Vec<String> {
     nodes
@@ -390,15 +423,7 @@ fn minimal_acl_user() {
     }
     let pki = Pki::new();
     let pw = "acl-user-Secret-2";
-    let nodes = tls_nodes(&pki, 3, false, &[]);
-    for n in &nodes {
-        apply_acl(n, ACL_USER, pw, &[]);
-        // The default user can do nothing: only the ACL user's rights count.
-        assert_eq!(
-            n.cli(&["ACL", "SETUSER", "default", "off"]).as_deref(),
-            Some("OK")
-        );
-    }
+    let nodes = acl_nodes(&pki, pw);
     let names = by_name(&nodes);
     let ca = pki.arg("ca.crt");
     let o = opts(
@@ -421,21 +446,7 @@ fn minimal_acl_user() {
     // `noperm`) nor fails otherwise. A connect that a loaded machine (the suite beside 3 busy
     // loops) did not finish within the connect timeout says `timeout`; it says nothing of the
     // ACL, and is counted, not failed (it failed this test once under that load).
-    let mut timeouts = 0;
-    for s in &sidecars {
-        let warnings: Vec<serde_json::Value> = log_lines(s)
-            .into_iter()
-            .filter(|l| l["level"] == "WARN" && l["reason"].is_string())
-            .collect();
-        timeouts += warnings.iter().filter(|l| l["reason"] == "timeout").count();
-        assert!(
-            warnings.iter().all(|l| l["reason"] == "timeout"),
-            "{}: a connection warning with the minimal ACL:\n{}",
-            s.identity,
-            s.logs()
-        );
-        assert_no_secret(s, &[pw]);
-    }
+    let timeouts: usize = sidecars.iter().map(|s| assert_only_timeouts(s, pw)).sum();
     report(
         "minimal ACL user: connect timeouts warned (a loaded machine; nothing else warned)",
         timeouts,
@@ -482,14 +493,7 @@ fn minimal_acl_user() {
 fn minimal_acl_user_heals_a_lost_key_and_follows_many_leases() {
     let pki = Pki::new();
     let pw = "acl-user-Secret-5";
-    let nodes = tls_nodes(&pki, 3, false, &[]);
-    for n in &nodes {
-        apply_acl(n, ACL_USER, pw, &[]);
-        assert_eq!(
-            n.cli(&["ACL", "SETUSER", "default", "off"]).as_deref(),
-            Some("OK")
-        );
-    }
+    let nodes = acl_nodes(&pki, pw);
     let names = by_name(&nodes);
     let ca = pki.arg("ca.crt");
     let leases: Vec<String> = (0..=BRIEF_ABOVE).map(|i| format!("acl-{i}")).collect();
@@ -550,17 +554,7 @@ fn minimal_acl_user_heals_a_lost_key_and_follows_many_leases() {
     // Several watch periods of b's, brief ones among them.
     std::thread::sleep(Duration::from_secs(3));
     for s in [&a, &b] {
-        let warnings: Vec<serde_json::Value> = log_lines(s)
-            .into_iter()
-            .filter(|l| l["level"] == "WARN" && l["reason"].is_string())
-            .collect();
-        assert!(
-            warnings.iter().all(|l| l["reason"] == "timeout"),
-            "{}: a connection warning with the minimal ACL:\n{}",
-            s.identity,
-            s.logs()
-        );
-        assert_no_secret(s, &[pw]);
+        assert_only_timeouts(s, pw);
     }
     assert!(
         views(&b)

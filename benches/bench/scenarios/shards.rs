@@ -139,6 +139,23 @@ fn steady(sidecars: &[&Sidecar], settle: Duration) {
     std::thread::sleep(settle);
 }
 
+/// The flags of a leader of `shards` shards, and of a follower of them that is no ready
+/// candidate, so the balancer leaves it every shard: its app's health check fails at once
+/// (nothing listens on port 1).
+fn sharded_flags(shards: &str) -> ([&str; 2], [&str; 6]) {
+    (
+        ["--shards", shards],
+        [
+            "--shards",
+            shards,
+            "--follow-app",
+            "true",
+            "--app-health-url",
+            "http://127.0.0.1:1/",
+        ],
+    )
+}
+
 fn leases_flags(n: usize) -> Vec<String> {
     (0..n)
         .flat_map(|i| ["--leases".to_string(), format!("many-{i}")])
@@ -185,16 +202,7 @@ fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [[Rates; 2]
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let many = leader_then_follower(nodes, window, ("", n), &flags, &flags);
     let shards = n.to_string();
-    let lead = ["--shards", shards.as_str()];
-    // Nothing listens on port 1: the app's health check fails at once.
-    let unhealthy = [
-        "--shards",
-        shards.as_str(),
-        "--follow-app",
-        "true",
-        "--app-health-url",
-        "http://127.0.0.1:1/",
-    ];
+    let (lead, unhealthy) = sharded_flags(&shards);
     let sharded = leader_then_follower(nodes, window, ("sharded", n), &lead, &unhealthy);
     [one, many, sharded]
 }
@@ -360,15 +368,7 @@ fn cpu_per_sidecar(rep: &mut Report, nodes: &[&Redis], window: Duration, n: usiz
     );
     let one = redis_cpu_per_sidecar(nodes, window, ("cpu-one", 1, K), &[], &[]);
     let shards = n.to_string();
-    let lead = ["--shards", shards.as_str()];
-    let unhealthy = [
-        "--shards",
-        shards.as_str(),
-        "--follow-app",
-        "true",
-        "--app-health-url",
-        "http://127.0.0.1:1/",
-    ];
+    let (lead, unhealthy) = sharded_flags(&shards);
     let many = redis_cpu_per_sidecar(nodes, window, ("cpu-sharded", n, K), &lead, &unhealthy);
     let note = format!(
         "INFO cpu deltas, node mean, {K} sidecars at once (each pair on its own lease) divided by {K}"
