@@ -508,15 +508,7 @@ fn minimal_acl_user_heals_a_lost_key_and_follows_many_leases() {
     }
     let mut o = opts(&extra, &[("REDLOCK_ELECTOR_REDIS_PASSWORD", pw)]);
     o.lease = String::new();
-    let views = |s: &Sidecar| -> Vec<common::View> {
-        #[derive(serde::Deserialize)]
-        struct Leases {
-            leases: Vec<common::View>,
-        }
-        common::http("GET", s.api_port, "/leases")
-            .and_then(|(_, body)| serde_json::from_str::<Leases>(&body).ok())
-            .map_or(vec![], |l| l.leases)
-    };
+    let views = |s: &Sidecar| s.try_leases().unwrap_or_default();
     let a = Sidecar::start_urls("a", &names, &o);
     let led = wait_for(Duration::from_secs(15), Duration::from_millis(20), || {
         (views(&a).iter().filter(|v| v.is_leader).count() == leases.len()).then_some(())

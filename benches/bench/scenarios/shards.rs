@@ -19,10 +19,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use crate::args::Opts;
-use crate::common::{Redis, Sidecar, View, http};
+use crate::common::{Redis, Sidecar};
 use crate::harness::{
     clock_ticks, command_counts, cpu_ticks, redis_cpu_secs, rss_kib, script_usec, sidecar, wait_for,
 };
@@ -52,6 +50,18 @@ impl std::ops::Sub for Rates {
             all: self.all - o.all,
             exec_us: self.exec_us - o.exec_us,
             cpu_us: self.cpu_us - o.cpu_us,
+        }
+    }
+}
+
+impl std::ops::Div<f64> for Rates {
+    type Output = Rates;
+    fn div(self, k: f64) -> Rates {
+        Rates {
+            top: self.top / k,
+            all: self.all / k,
+            exec_us: self.exec_us / k,
+            cpu_us: self.cpu_us / k,
         }
     }
 }
@@ -87,23 +97,12 @@ fn rates(nodes: &[&Redis], window: Duration) -> Rates {
     }
 }
 
-/// `GET /leases`, the fields read here.
-#[derive(Deserialize)]
-struct Leases {
-    leases: Vec<View>,
-}
-
-fn leases_of(s: &Sidecar) -> Option<Vec<View>> {
-    let (status, body) = http("GET", s.api_port, "/leases")?;
-    (status == 200).then(|| serde_json::from_str::<Leases>(&body).ok().map(|l| l.leases))?
-}
-
 /// How many of `names` each sidecar leads, if every one of them has exactly one leader.
 fn assignment(sidecars: &[Sidecar], names: usize) -> Option<Vec<usize>> {
     let mut owner: BTreeMap<String, usize> = BTreeMap::new();
     let mut led = vec![0; sidecars.len()];
     for (i, s) in sidecars.iter().enumerate() {
-        for v in leases_of(s)?.into_iter().filter(|v| v.is_leader) {
+        for v in s.try_leases()?.into_iter().filter(|v| v.is_leader) {
             if owner.insert(v.lease, i).is_some() {
                 return None;
             }
@@ -115,7 +114,7 @@ fn assignment(sidecars: &[Sidecar], names: usize) -> Option<Vec<usize>> {
 
 /// Every named lease led by `leader` and followed (leader named, eligible) by `follower`.
 fn follows_all(leader: &Sidecar, follower: &Sidecar, n: usize) -> bool {
-    let (Some(l), Some(f)) = (leases_of(leader), leases_of(follower)) else {
+    let (Some(l), Some(f)) = (leader.try_leases(), follower.try_leases()) else {
         return false;
     };
     l.iter().filter(|v| v.is_leader).count() == n
@@ -132,7 +131,10 @@ fn steady(sidecars: &[&Sidecar], settle: Duration) {
     let counted = wait_for(Duration::from_secs(60), || {
         sidecars
             .iter()
-            .all(|s| leases_of(s).is_some_and(|v| !v.is_empty() && v.iter().all(|v| v.eligible)))
+            .all(|s| {
+                s.try_leases()
+                    .is_some_and(|v| !v.is_empty() && v.iter().all(|v| v.eligible))
+            })
             .then_some(())
     });
     assert!(counted.is_some(), "a sidecar's votes still do not count");
@@ -163,94 +165,70 @@ fn leases_flags(n: usize) -> Vec<String> {
 }
 
 /// What a leader adds to a node, then what a follower of it adds, each with its flags; the
-/// follower follows `n` leases, led by the leader.
+/// follower follows the `n` leases the leader leads. Measured on `k` pairs at once and divided
+/// by `k` (each pair on its own lease, `<lease>-<i>`, when `k` > 1): one sidecar's share of the
+/// node's CPU is within the idle node's own variation, `k` of them are not.
 fn leader_then_follower(
     nodes: &[&Redis],
     window: Duration,
-    (lease, n): (&str, usize),
+    (lease, n, k): (&str, usize, usize),
     lead: &[&str],
     follow: &[&str],
 ) -> [Rates; 2] {
     let settle = Duration::from_secs(3);
+    let start = |role: &str, i: usize, flags: &[&str]| {
+        let name = if k == 1 {
+            lease.to_string()
+        } else {
+            format!("{lease}-{i}")
+        };
+        sidecar(&format!("{lease}{n}-{role}{i}"), &name, nodes, flags)
+    };
     let base = rates(nodes, window);
-    let a = sidecar(&format!("{lease}{n}-a"), lease, nodes, lead);
-    wait_for(Duration::from_secs(60), || {
-        let all = leases_of(&a)?;
-        (all.iter().filter(|v| v.is_leader).count() == n).then_some(())
+    let leaders: Vec<Sidecar> = (0..k).map(|i| start("a", i, lead)).collect();
+    wait_for(Duration::from_secs(90), || {
+        leaders
+            .iter()
+            .all(|s| {
+                s.try_leases()
+                    .is_some_and(|v| v.iter().filter(|v| v.is_leader).count() == n)
+            })
+            .then_some(())
     })
-    .expect("the leader leads every lease");
-    steady(&[&a], settle);
+    .expect("every leader leads every lease");
+    steady(&leaders.iter().collect::<Vec<_>>(), settle);
     let led = rates(nodes, window);
-    let b = sidecar(&format!("{lease}{n}-b"), lease, nodes, follow);
-    wait_for(Duration::from_secs(60), || {
-        follows_all(&a, &b, n).then_some(())
+    let followers: Vec<Sidecar> = (0..k).map(|i| start("b", i, follow)).collect();
+    wait_for(Duration::from_secs(90), || {
+        leaders
+            .iter()
+            .zip(&followers)
+            .all(|(l, f)| follows_all(l, f, n))
+            .then_some(())
     })
-    .expect("the follower follows every lease");
-    steady(&[&a, &b], settle);
+    .expect("every follower follows every lease");
+    steady(
+        &leaders.iter().chain(&followers).collect::<Vec<_>>(),
+        settle,
+    );
     let both = rates(nodes, window);
-    drop((a, b));
+    drop((leaders, followers));
     std::thread::sleep(Duration::from_secs(2));
-    [led - base, both - led]
+    [(led - base) / k as f64, (both - led) / k as f64]
 }
 
 /// Part 1: (leader, follower) of one lease, of `n` leases (`--leases`) and of `n` shards
 /// (`--shards`; the follower's app is unhealthy, so it is not a ready candidate and the
 /// balancer leaves it every shard to follow).
 fn one_against_many(nodes: &[&Redis], window: Duration, n: usize) -> [[Rates; 2]; 3] {
-    let one = leader_then_follower(nodes, window, ("one", 1), &[], &[]);
+    let one = leader_then_follower(nodes, window, ("one", 1, 1), &[], &[]);
     let flags = leases_flags(n);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let many = leader_then_follower(nodes, window, ("", n), &flags, &flags);
+    let many = leader_then_follower(nodes, window, ("", n, 1), &flags, &flags);
     let shards = n.to_string();
     let (lead, unhealthy) = sharded_flags(&shards);
-    let sharded = leader_then_follower(nodes, window, ("sharded", n), &lead, &unhealthy);
+    let sharded = leader_then_follower(nodes, window, ("sharded", n, 1), &lead, &unhealthy);
     [one, many, sharded]
-}
-
-/// The Redis CPU (µs/s, node mean) one sidecar adds, leading `n` leases and then following
-/// them, measured on `k` pairs at once, each pair on its own lease (`lead`, `follow`: their
-/// flags): one sidecar's share is within the idle node's own variation, `k` of them are not.
-fn redis_cpu_per_sidecar(
-    nodes: &[&Redis],
-    window: Duration,
-    (what, n, k): (&str, usize, usize),
-    lead: &[&str],
-    follow: &[&str],
-) -> [f64; 2] {
-    let settle = Duration::from_secs(3);
-    let base = rates(nodes, window).cpu_us;
-    let start = |role: &str, i: usize, flags: &[&str]| {
-        sidecar(
-            &format!("{what}-{role}{i}"),
-            &format!("{what}-{i}"),
-            nodes,
-            flags,
-        )
-    };
-    let leaders: Vec<Sidecar> = (0..k).map(|i| start("l", i, lead)).collect();
-    let led = wait_for(Duration::from_secs(90), || {
-        leaders
-            .iter()
-            .all(|s| leases_of(s).is_some_and(|v| v.iter().filter(|v| v.is_leader).count() == n))
-            .then_some(())
-    });
-    assert!(led.is_some(), "{what}: not every leader leads its {n}");
-    steady(&leaders.iter().collect::<Vec<_>>(), settle);
-    let leading = rates(nodes, window).cpu_us;
-    let followers: Vec<Sidecar> = (0..k).map(|i| start("f", i, follow)).collect();
-    let following = wait_for(Duration::from_secs(90), || {
-        leaders
-            .iter()
-            .zip(&followers)
-            .all(|(l, f)| follows_all(l, f, n))
-            .then_some(())
-    });
-    assert!(following.is_some(), "{what}: not every follower follows");
-    steady(&followers.iter().collect::<Vec<_>>(), settle);
-    let both = rates(nodes, window).cpu_us;
-    drop((leaders, followers));
-    std::thread::sleep(Duration::from_secs(2));
-    [(leading - base) / k as f64, (both - leading) / k as f64]
 }
 
 /// What a sharded fleet did: the time to balance and the window's figures.
@@ -366,10 +344,23 @@ fn cpu_per_sidecar(rep: &mut Report, nodes: &[&Redis], window: Duration, n: usiz
     eprintln!(
         "  Redis CPU per sidecar: {K} leaders and {K} followers of 1 lease, then of {n} shards"
     );
-    let one = redis_cpu_per_sidecar(nodes, window, ("cpu-one", 1, K), &[], &[]);
+    let cpu = |r: [Rates; 2]| r.map(|r| r.cpu_us);
+    let one = cpu(leader_then_follower(
+        nodes,
+        window,
+        ("cpu-one", 1, K),
+        &[],
+        &[],
+    ));
     let shards = n.to_string();
     let (lead, unhealthy) = sharded_flags(&shards);
-    let many = redis_cpu_per_sidecar(nodes, window, ("cpu-sharded", n, K), &lead, &unhealthy);
+    let many = cpu(leader_then_follower(
+        nodes,
+        window,
+        ("cpu-sharded", n, K),
+        &lead,
+        &unhealthy,
+    ));
     let note = format!(
         "INFO cpu deltas, node mean, {K} sidecars at once (each pair on its own lease) divided by {K}"
     );

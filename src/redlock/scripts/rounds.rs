@@ -67,8 +67,9 @@ return {now, r}
 /// Renew and assert the fencing epoch. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
 /// token. Ours → PEXPIRE, `{now, 1}`. Missing (the node lost it: restart) → healed with SET NX,
 /// `{now, 2}`, unless a release reserved the node for a successor (read with `GET`: the minimal
-/// ACL has no `EXISTS`): then `{now, 3}`, nothing written (a renewal that arrives late, after its own release, must not re-create the
-/// releaser's key over the successor's reservation and make the release proof false).
+/// ACL has no `EXISTS`): then `{now, 3}`, nothing written (a renewal that arrives late, after
+/// its own release, must not re-create the releaser's key over the successor's reservation and
+/// make the release proof false).
 /// Someone else's → `{now, 0}`. On 1 or 2 the epoch is raised to the token if lower
 /// (set-if-greater).
 pub const RENEW: &str = concat!(now_us!(), renew_body!());
@@ -207,9 +208,9 @@ return out
 /// value, id2, '', ...}`, the hash kept alive for a lifetime as [`CANDIDATES`] keeps it.
 /// Commands: `TIME`, `GET`, `PTTL` (when held), `GET` of the epoch (a new holder), `HGET`
 /// (only when ready), `HSET`, `PTTL` of the hash, `PEXPIRE` (only when shorter), `HGETALL`
-/// (its identities only returned: the minimal ACL has no `HKEYS`). A
-/// follower of many leases reads the others' records of each lease on every
-/// [`crate::redlock::BRIEF_EVERY`]-th watch only ([`crate::redlock::watch`]).
+/// (its identities only returned: the minimal ACL has no `HKEYS`). A follower of many leases
+/// reads the others' records of each lease on every [`crate::redlock::BRIEF_EVERY`]-th watch
+/// only ([`crate::redlock::watch`]).
 ///
 /// Key only (ARGV[9] = `2`: a shard of a sharded lease, whose records its process's shards
 /// share, [`crate::redlock::SharedRecords`]): `{now, pttl, holder, epoch, now}`, no record

@@ -240,6 +240,17 @@ impl Sidecar {
         (status == 200).then(|| serde_json::from_str(&body).expect("valid /leader JSON"))
     }
 
+    /// `GET /leases`, its leases, or `None` if the sidecar does not answer with them.
+    pub fn try_leases(&self) -> Option<Vec<View>> {
+        #[derive(serde::Deserialize)]
+        struct Leases {
+            leases: Vec<View>,
+        }
+        let (status, body) = http("GET", self.api_port, "/leases")?;
+        let leases = serde_json::from_str::<Leases>(&body).ok()?.leases;
+        (status == 200).then_some(leases)
+    }
+
     /// Wait until a quorum of nodes counts this sidecar's votes (`eligible` in `/leader`): a
     /// fresh sidecar watches the nodes' clocks for ttl + margin first.
     pub fn wait_eligible(&self, timeout: Duration) {
