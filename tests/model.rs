@@ -173,14 +173,18 @@ fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> O
     {
         builder = builder.target_state_count(cap);
     }
+    // The symmetry reduction over the nodes, where it is sound: a violation's class is reached
+    // iff the violation is (the model and its properties do not depend on a node's index), and
+    // the path kept is the real one (stateright continues with the state before
+    // canonicalization). Scheduled steps name nodes: not there.
+    let symmetric = sys.symmetric();
+    let reduce = |b: stateright::CheckerBuilder<System>| match symmetric {
+        true => b.symmetry_fn(system::canonical),
+        false => b,
+    };
     let run = if expect_violation && deep {
-        // With the symmetry reduction too: a violation's class is reached iff the violation is
-        // (the model and its properties do not depend on a node's index), and the path kept is
-        // the real one (stateright continues with the state before canonicalization).
         Run::of(
-            builder
-                .finish_when(HasDiscoveries::AnyFailures)
-                .symmetry_fn(system::canonical)
+            reduce(builder.finish_when(HasDiscoveries::AnyFailures))
                 .spawn_dfs()
                 .join(),
         )
@@ -192,14 +196,14 @@ fn check_with(label: &str, sys: System, expect_violation: bool, deep: bool) -> O
                 .join(),
         )
     } else {
-        Run::of(builder.symmetry_fn(system::canonical).spawn_dfs().join())
+        Run::of(reduce(builder).spawn_dfs().join())
     };
     let elapsed = started.elapsed();
     eprintln!(
         "[model] {label}: {} states ({} unique{}), depth {}, {:.1} s; S1 {}, S2 {}, proof {}, leader {}",
         run.states,
         run.unique,
-        if expect_violation && !deep {
+        if (expect_violation && !deep) || !symmetric {
             ""
         } else {
             " up to node symmetry"
@@ -1383,4 +1387,92 @@ fn finding_a_release_proof_counts_for_every_lease_searched() {
     .expect("the cross-lease proof overlap is not found");
     assert!(trace.starts_with("S1 violated on lease 1"), "{trace}");
     assert!(trace.contains("hands lease 0 over"), "{trace}");
+}
+
+// Issue 52: the clock faults of the margin review (`../shared/reviews/
+// clock-margin-and-run-review.md`, findings 1-3), as scheduled steps of any size and sign
+// (`System.steps`), readings at a sidecar's own rate (`System.read_every`), a leader at the slow
+// edge of `driftFactor` (`Rate::Slower`), and three sidecars around a graceful handover.
+
+/// Finding 1's system (the review's section 1): sidecar A is the leader that releases with
+/// proof (the review's P), B the fresh named successor (the review's A), C a long-running
+/// follower (the review's B). A may start a round in unit 0 only, B (running from unit 1) in
+/// unit 1, C in unit 5; one round each (plus the renewal a token above the proposal needs),
+/// prompt links, handovers naming B. Nodes 0 and 1 step back 6.5 units in unit 0 and forward
+/// 6.5 units in unit 1 (scheduled: the checker places each step anywhere in its unit).
+fn proof_between_steps(defences: Defences) -> System {
+    let mut sys = System::new(7, faults(0, |_| {}), defences);
+    sys.sidecars = 3;
+    sys.rates = vec![vec![Rate::Exact]; 3];
+    sys.fresh = vec![false, true, false];
+    sys.connect_at = vec![0, 1, 0];
+    sys.handovers = true;
+    sys.successor = Some(1);
+    sys.max_rounds = 1;
+    sys.prompt = true;
+    sys.starts = Some(vec![vec![(0, 1)], vec![(1, 2)], vec![(5, 6)]]);
+    let d = 6 * system::UNIT_US + system::UNIT_US / 2;
+    sys.steps = [(0, -d), (1, d)]
+        .into_iter()
+        .flat_map(|(at, us)| (0..2).map(move |node| system::Step { at, node, us }))
+        .collect();
+    sys
+}
+
+/// Finding 2's system (the review's section 2): A's clock runs at 0.85 (the slow edge of the
+/// model's `driftFactor` 0.2 that A's own watch allows), B's and the nodes' at 1. A reads the
+/// nodes every 2 units (its bases 1.7 local units apart: band 0.341), B every 4 (band 0.801).
+/// A may acquire in unit 3 only, B in unit 11 only; one round each, prompt links. Nodes 0 and 1
+/// step forward 0.8 units in unit 3, 0.8 in unit 4 and 0.6 in unit 8 (scheduled): each step,
+/// and every sum of them, within the allowance of every comparison of B's (`driftFactor` × the
+/// gap since a base), so B's watch sees none; together they cut A's keys there 2.2 units short.
+fn small_steps_over_gaps(defences: Defences) -> System {
+    let mut sys = System::new(12, faults(0, |_| {}), defences);
+    sys.rates = vec![vec![Rate::Slower], vec![Rate::Exact]];
+    sys.read_every = Some(vec![2, 4]);
+    sys.max_rounds = 1;
+    sys.prompt = true;
+    sys.starts = Some(vec![vec![(3, 4)], vec![(11, 12)]]);
+    let unit = system::UNIT_US;
+    sys.steps = [(3, 8 * unit / 10), (4, 8 * unit / 10), (8, 6 * unit / 10)]
+        .into_iter()
+        .flat_map(|(at, us)| (0..2).map(move |node| system::Step { at, node, us }))
+        .collect();
+    sys
+}
+
+model_test! {
+    /// (10) Finding 1 of the margin review (issue 52): a release proof between a backward and
+    /// a forward step. Nodes 0 and 1 step back 6.5 units after A's last reading of them; B, a
+    /// fresh process, starts after the step (its watch begins there); A, which has not seen
+    /// the step, hands over to B with proofs; B's grants consume them and B leads at once (lead
+    /// 0.001: its readings all came after the step). Then the nodes step forward 6.5 units:
+    /// B's keys there expire 6.5 units early, and C, whose watch spans both steps with no
+    /// reading between them, sees the nodes moving normally (net zero), wins them and leads
+    /// beside B. With the proof continuity check (`Policy.proof_continuity_check`), a proof
+    /// counts only for a watch that counts by itself or through a vouch: B cannot win.
+    fn proof_between_steps_needs_proof_continuity() {
+        let off = proof_between_steps(Defences::ALL);
+        let trace = check("proof between steps, defence off", off, true)
+            .expect("finding 1: no violation found with the proof continuity check off");
+        assert!(trace.contains("is_leader: true"), "{trace}");
+        assert!(trace.contains("steps backward"), "{trace}");
+    }
+}
+
+model_test! {
+    /// (11) Finding 2 of the margin review (issue 52): forward steps each within the allowance
+    /// of every comparison B makes, repeated over three gaps, add up to 2.2 units, while B's
+    /// band (its hold) charges `driftFactor` × its widest gap, 0.8. A, at the slow edge (0.85),
+    /// spends its drift term on its own rate. A's keys on nodes 0 and 1 expire at 11 (wall
+    /// 13.2 > 13); B wins them, holds 0.801, and leads at 12 while A leads until its local
+    /// 10.207 (10.2 at 12). With the span check (`Policy.span_check`: the band charges 3 ×
+    /// `driftFactor` × the widest gap, and every term pays `ttl` × `driftFactor` more), A's term
+    /// ends first.
+    fn small_steps_over_gaps_need_the_span_check() {
+        let off = small_steps_over_gaps(Defences::ALL);
+        let trace = check("small steps over gaps, defence off", off, true)
+            .expect("finding 2: no violation found with the span check off");
+        assert!(trace.contains("is_leader: true"), "{trace}");
+    }
 }

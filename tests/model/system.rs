@@ -48,6 +48,10 @@ pub enum Rate {
     Exact,
     /// 1.1.
     Fast,
+    /// 0.85: the slowest a leader's clock may run against the nodes and the other sidecars
+    /// within the model's `driftFactor` (1/0.85 = 1.18 < 1.2; at 0.8 its own watch would take
+    /// the nodes' normal movement for a forward jump). Issue 52, finding 2.
+    Slower,
 }
 
 impl Rate {
@@ -56,6 +60,7 @@ impl Rate {
             Rate::Slow => 900_000,
             Rate::Exact => 1_000_000,
             Rate::Fast => 1_100_000,
+            Rate::Slower => 850_000,
         }
     }
     fn short(self) -> &'static str {
@@ -63,6 +68,7 @@ impl Rate {
             Rate::Slow => "0.9x",
             Rate::Exact => "1x",
             Rate::Fast => "1.1x",
+            Rate::Slower => "0.85x",
         }
     }
 }
@@ -214,6 +220,51 @@ pub struct System {
     /// sent in (replies to a paused sidecar still wait for it), so no reply's reading spans a
     /// tick. Fewer interleavings (the two-lease checks); off by default.
     pub prompt: bool,
+    /// Scheduled steps of node wall clocks (issue 52), not faults: each happens once, in the
+    /// unit it names, at whatever point of that unit the checker picks (a tick waits for it),
+    /// so a scenario can place steps of any size and sign between given readings without the
+    /// search placing them everywhere. Steps name nodes, so a system with steps is checked
+    /// without the symmetry reduction over the nodes ([`System::symmetric`]).
+    pub steps: Vec<Step>,
+    /// Per sidecar, if set and not 0: it also reads every connected node's clock at each tick
+    /// that is a multiple of this many units, and its watch's history before time 0 is such
+    /// readings (every 4 units otherwise). What a sidecar's own rounds read in the binary (a
+    /// follower's watch round every `retryEvery`, a leader's renewals) beyond the maintenance
+    /// cadence; the cadence still applies.
+    pub read_every: Option<Vec<u8>>,
+    /// The base bound of the policy (`Policy.base_rtt_us`, `redis.timeout` in the binary):
+    /// [`BASE_RTT`] but in the slow-base scenario (issue 52, finding 3), where it is a unit so
+    /// that a reading with a round trip of a unit is a base.
+    pub base_rtt: Duration,
+    /// Scheduled readings with a round trip (issue 52), not faults: at the tick reaching
+    /// `at`, `sidecar` reads the clocks of `nodes` in a reading sent `rtt_units` earlier, the
+    /// node reading its clock at the start or the end of that round trip.
+    pub timed_reads: Vec<TimedRead>,
+}
+
+/// A scheduled step of a node's wall clock ([`System::steps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The unit it happens in.
+    pub at: u8,
+    pub node: u8,
+    /// Forward (positive) or backward, µs.
+    pub us: i64,
+}
+
+/// A scheduled reading with a round trip ([`System::timed_reads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimedRead {
+    /// The tick it arrives at.
+    pub at: u8,
+    pub sidecar: u8,
+    /// Bit i: node i is read.
+    pub nodes: u8,
+    /// Round trip, units of real time.
+    pub rtt_units: i64,
+    /// The node read its clock when the request arrived (the round trip's start); else at its
+    /// end.
+    pub node_at_start: bool,
 }
 
 /// The value a sidecar stores in the key: (sidecar, nonce), the nonce new for every round.
@@ -465,6 +516,8 @@ pub struct State {
     /// Within one step only: the successor a release just notified, and the lease (`run_script`
     /// sets it, the step hands it to that sidecar's elector of that lease).
     pub notified: Option<(u8, u8)>,
+    /// Bit n: the scheduled step `System.steps[n]` has happened.
+    pub stepped: u32,
 }
 
 /// Integer µs with `+ Duration`, the time type `node::classify_at` runs on here.
@@ -500,6 +553,8 @@ pub enum Action {
         node: u8,
         forward: bool,
     },
+    /// The scheduled step `System.steps[.0]`.
+    Step(u8),
     LoseReply {
         sidecar: u8,
         node: u8,
@@ -636,6 +691,10 @@ impl System {
             leases: 1,
             starts: None,
             prompt: false,
+            steps: Vec::new(),
+            read_every: None,
+            base_rtt: BASE_RTT,
+            timed_reads: Vec::new(),
         }
     }
 
@@ -648,7 +707,7 @@ impl System {
             proof_check: self.defences.release_proof,
             attestation_check: self.defences.attestation,
             blind_check: self.defences.blind,
-            ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check).with_base_rtt(BASE_RTT)
+            ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check).with_base_rtt(self.base_rtt)
         }
     }
 
@@ -1661,23 +1720,65 @@ impl System {
     /// Without this bound a reply could arrive any number of units late, which only lengthens
     /// traces: validity is computed from T1, whenever the reply comes.
     fn time_may_pass(&self, s: &State) -> bool {
-        s.sidecars.iter().enumerate().all(|(k, c)| {
-            let links_ok = c.links.iter().all(|l| {
-                l.reqs
-                    .iter()
-                    .chain(l.orphans.iter())
-                    .all(|(at, _)| *at >= s.now)
-                    && (c.paused || l.replies.iter().all(|(at, _)| *at >= s.now))
-                    && (!self.prompt || (l.reqs.is_empty() && (c.paused || l.replies.is_empty())))
-            });
-            let round_ok = c.paused
-                || c.leases.iter().all(|e| {
-                    e.round
-                        .as_ref()
-                        .is_none_or(|r| self.clock(s, k) - r.t1_us < TIMEOUT_US)
+        self.next_step(s).is_none_or(|n| self.steps[n].at > s.now)
+            && s.sidecars.iter().enumerate().all(|(k, c)| {
+                let links_ok = c.links.iter().all(|l| {
+                    l.reqs
+                        .iter()
+                        .chain(l.orphans.iter())
+                        .all(|(at, _)| *at >= s.now)
+                        && (c.paused || l.replies.iter().all(|(at, _)| *at >= s.now))
+                        && (!self.prompt
+                            || (l.reqs.is_empty() && (c.paused || l.replies.is_empty())))
                 });
-            links_ok && round_ok
-        })
+                let round_ok = c.paused
+                    || c.leases.iter().all(|e| {
+                        e.round
+                            .as_ref()
+                            .is_none_or(|r| self.clock(s, k) - r.t1_us < TIMEOUT_US)
+                    });
+                links_ok && round_ok
+            })
+    }
+
+    /// The first scheduled step that has not happened (steps of one unit happen in their
+    /// order: the checker places each anywhere in the unit, not their permutations).
+    fn next_step(&self, s: &State) -> Option<usize> {
+        (0..self.steps.len()).find(|&n| s.stepped & (1 << n) == 0)
+    }
+
+    /// Whether nothing depends on a node's index, so the symmetry reduction over the nodes is
+    /// sound: no scheduled step or reading names a node.
+    pub fn symmetric(&self) -> bool {
+        self.steps.is_empty() && self.timed_reads.is_empty()
+    }
+
+    /// A reading of node `i` by sidecar `k` that arrives now, sent `rtt_units` ago, the node
+    /// reading its clock at the start or the end of the round trip ([`TimedRead`]).
+    fn timed_read(&self, s: &mut State, k: usize, i: usize, rtt_units: i64, node_at_start: bool) {
+        let received_us = self.clock(s, k);
+        let sent_us = received_us - rtt_units * s.sidecars[k].rate.us_per_unit();
+        let node_us = Self::wall(s, i)
+            - if node_at_start {
+                rtt_units * UNIT_US
+            } else {
+                0
+            };
+        let reading = Reading {
+            node_us,
+            sent_us,
+            received_us,
+        };
+        self.observe_reading(s, k, i, reading);
+    }
+
+    /// Whether sidecar `k` reads every node at this tick besides the cadence
+    /// ([`System::read_every`]).
+    fn reads_now(&self, s: &State, k: usize) -> bool {
+        self.read_every
+            .as_ref()
+            .and_then(|v| v.get(k).copied())
+            .is_some_and(|every| every > 0 && s.now % every == 0)
     }
 
     /// Whether sidecar `k` has started ([`System::connect_at`]).
@@ -1709,7 +1810,10 @@ pub fn reachable(sys: &System, goal: impl Fn(&State) -> bool) -> Option<usize> {
             for a in actions {
                 if let Some(n) = sys.next_state(&s, a)
                     && sys.within_boundary(&n)
-                    && seen.insert(canonical(&n))
+                    && seen.insert(match sys.symmetric() {
+                        true => canonical(&n),
+                        false => n.clone(),
+                    })
                 {
                     next.push(n);
                 }
@@ -1830,6 +1934,7 @@ impl Model for System {
                     fences: vec![Fence::default(); self.leases],
                     false_proof: false,
                     notified: None,
+                    stepped: 0,
                 };
                 // Every sidecar has run for a while: connected, and each node's clock watched
                 // for longer than the window (readings 14 units ago and now).
@@ -1846,10 +1951,19 @@ impl Model for System {
                         // A fresh sidecar read each clock once, now: its watch has just begun.
                         // The others read it at the binary's cadence (every third of the window,
                         // 4 units, as the ticks do from now on) for 16 units.
+                        let every = self
+                            .read_every
+                            .as_ref()
+                            .and_then(|v| v.get(k).copied())
+                            .filter(|&e| e > 0)
+                            .unwrap_or(4) as usize;
                         let times: Vec<i64> = if self.fresh.get(k) == Some(&true) {
                             vec![0]
                         } else {
-                            vec![-16, -12, -8, -4, 0]
+                            (0..=16 / every)
+                                .rev()
+                                .map(|n| -((n * every) as i64))
+                                .collect()
                         };
                         for t in times {
                             let reading = Reading {
@@ -1869,6 +1983,11 @@ impl Model for System {
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         if s.now < self.horizon && self.time_may_pass(s) {
             actions.push(Action::Tick);
+        }
+        if let Some(n) = self.next_step(s)
+            && self.steps[n].at == s.now
+        {
+            actions.push(Action::Step(n as u8));
         }
         let f = self.faults;
         let fault = self.fault_ok(s);
@@ -2009,11 +2128,22 @@ impl Model for System {
                         }
                     }
                     let now_us = self.clock(&s, k);
+                    let reads = self.reads_now(&s, k);
+                    for t in self.timed_reads.clone() {
+                        if (t.at, t.sidecar as usize) != (s.now, k) {
+                            continue;
+                        }
+                        for i in (0..self.nodes).filter(|i| t.nodes & (1 << i) != 0) {
+                            if s.sidecars[k].links[i].conn {
+                                self.timed_read(&mut s, k, i, t.rtt_units, t.node_at_start);
+                            }
+                        }
+                    }
                     for i in 0..self.nodes {
                         let l = &s.sidecars[k].links[i];
                         if !l.conn {
                             self.handshake(&mut s, k, i);
-                        } else if self.clock_due(l, now_us) {
+                        } else if reads || self.clock_due(l, now_us) {
                             self.observe(&mut s, k, i, now_us);
                         }
                     }
@@ -2093,6 +2223,12 @@ impl Model for System {
                     l.stale.clear();
                     l.replies.clear();
                 }
+            }
+            Action::Step(n) => {
+                let step = self.steps[n as usize];
+                s.stepped |= 1 << n;
+                s.redis[step.node as usize].offset_us += step.us;
+                Self::expire(&mut s, step.node as usize);
             }
             Action::Jump { node, forward } => {
                 s.faults += 1;
@@ -2443,6 +2579,15 @@ impl System {
                 n(k),
                 self.slow_units
             ),
+            Action::Step(n) => {
+                let step = self.steps[n as usize];
+                format!(
+                    "STEP (scheduled): node {}'s wall clock steps {} {:.3} units",
+                    step.node,
+                    if step.us >= 0 { "forward" } else { "backward" },
+                    step.us.abs() as f64 / UNIT_US as f64
+                )
+            }
             Action::Jump { node, forward } => format!(
                 "FAULT: node {node}'s wall clock jumps {} {} units",
                 if forward { "forward" } else { "backward" },
