@@ -116,6 +116,16 @@ pub struct Defences {
     /// consumed makes the node count for every lease of the process (the binary before the
     /// fix).
     pub proof_per_lease: bool,
+    /// The span band (issue 52, findings 2 and 3, `Policy.span_check`,
+    /// `--unsafe-disable-span-band`): the band charges 3 × `driftFactor` × the widest gap, and
+    /// every term pays `ttl` × `driftFactor` more (`Policy::term_margin`). Off: the band of
+    /// `driftFactor` × the widest gap, and Redlock's drift alone.
+    pub span: bool,
+    /// Proof continuity (issue 52, finding 1, `Policy.proof_continuity_check`,
+    /// `--unsafe-disable-proof-continuity`): a release proof counts only for a watch that counts
+    /// by itself or through a vouch, and a vouched watch younger than a window adds the largest
+    /// band a voucher's reading can have. Off: a proof counts from the watch's first reading.
+    pub proof_continuity: bool,
 }
 
 impl Defences {
@@ -131,6 +141,8 @@ impl Defences {
         blind: true,
         reconnect_taint: true,
         proof_per_lease: true,
+        span: true,
+        proof_continuity: true,
     };
 }
 
@@ -707,13 +719,16 @@ impl System {
             proof_check: self.defences.release_proof,
             attestation_check: self.defences.attestation,
             blind_check: self.defences.blind,
+            span_check: self.defences.span,
+            proof_continuity_check: self.defences.proof_continuity,
             ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check).with_base_rtt(self.base_rtt)
         }
     }
 
     fn drift(&self) -> Duration {
         if self.defences.drift_term {
-            math::drift(TTL, DRIFT_FACTOR)
+            // `Redlock.drift`: Redlock's drift, plus `ttl` × `driftFactor` under the span check.
+            self.policy().term_margin(TTL)
         } else {
             Duration::ZERO
         }
