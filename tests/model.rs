@@ -1489,8 +1489,7 @@ model_test! {
         let trace = check("small steps over gaps, defence off", off, true)
             .expect("finding 2: no violation found with the span check off");
         assert!(trace.contains("is_leader: true"), "{trace}");
-        if let Some(trace) = check("small steps over gaps, defence on", small_steps_over_gaps(Defences::ALL), false) {
-            panic!("finding 2: violation with every defence on:\n{trace}");
-        }
+        // No on-check: with the span check the model's terms are too short to lead at all
+        // (`Defences::ALL.span`'s comment).
     }
 }

@@ -141,7 +141,12 @@ impl Defences {
         blind: true,
         reconnect_taint: true,
         proof_per_lease: true,
-        span: true,
+        // Off in the model: with its `driftFactor` 0.2 the span check's term margin
+        // (`Policy::term_margin`: 2.002 + 2 + 0.48 × the 12.002-unit window = 9.763 units of
+        // a 10-unit ttl) leaves no term long enough to lead (every check would be vacuous).
+        // The binary at 0.01 pays 0.44 s of 10 s. Issue 52: the model's scale must change
+        // before the span check can be model-checked.
+        span: false,
         proof_continuity: true,
     };
 }
