@@ -1481,9 +1481,8 @@ model_test! {
     /// band (its hold) charges `driftFactor` × its widest gap, 0.8. A, at the slow edge (0.85),
     /// spends its drift term on its own rate. A's keys on nodes 0 and 1 expire at 11 (wall
     /// 13.2 > 13); B wins them, holds 0.801, and leads at 12 while A leads until its local
-    /// 10.207 (10.2 at 12). With the span check (`Policy.span_check`: the band charges 3 ×
-    /// `driftFactor` × the widest gap, and every term pays `ttl` × `driftFactor` more), A's term
-    /// ends first.
+    /// 10.207 (10.2 at 12). The span check (`Policy.span_check`) is not checked here: at the
+    /// model's `driftFactor` its term margin leaves no term to lead (`Defences::ALL.span`).
     fn small_steps_over_gaps_need_the_span_check() {
         let off = small_steps_over_gaps(all_but(|d| d.span = false));
         let trace = check("small steps over gaps, defence off", off, true)
