@@ -507,7 +507,11 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
     if !o.quick {
         cpu_per_sidecar(rep, nodes, window, n);
     }
-    let fleets = o.pick([(3, 64), (30, 256)], [(3, 64), (10, 256)], [(2, 8), (3, 16)]);
+    let fleets = o.pick(
+        [(3, 64), (30, 256)],
+        [(3, 64), (10, 256)],
+        [(2, 8), (3, 16)],
+    );
     for (sidecars, shards) in fleets {
         eprintln!("  {sidecars} sidecars × {shards} shards");
         let f = fleet(nodes, window, sidecars, shards);
