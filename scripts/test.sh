@@ -169,6 +169,19 @@ if [ "$MODE" = rust ]; then
   exit 0
 fi
 
+# The check scripts that need nothing from the control-plane build run next, while a cold Go build
+# may still be going (on a fresh machine it is the longest step): the CPU-heavy release builds
+# here overlap it instead of waiting for it. check-packaging.sh runs the helm that build makes.
+# check-bench.sh is the benchmark's smoke (every section's code once, no figures kept): the
+# figures are scripts/bench.sh's. Those that do not need the image run first, while its
+# background build goes on at the lowest priority.
+shopt -s nullglob
+for check in scripts/check-*.sh; do
+  case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
+  stage "$check"
+  bash "$check"
+done
+
 # From here on the foreground needs the image's binary (check-image.sh, the real-node tests). A
 # background build still running at the lowest priority would hold the foreground up behind it
 # (cargo's lock on target/static) while getting only the CPU that others leave: it is raised to
@@ -180,18 +193,8 @@ if kill -0 "$IMAGE_BUILD" 2>/dev/null; then
 fi
 wait "$IMAGE_BUILD" || echo "-- the image's background build failed (log $IMAGE_BUILD_LOG); check-image.sh and the real-node tests build it again" >&2
 BACKGROUND=("$CP_BUILD")
-
-# The check scripts that need nothing from the control-plane build run next, while a cold Go build
-# may still be going (on a fresh machine it is the longest step): the CPU-heavy release builds
-# here overlap it instead of waiting for it. check-packaging.sh runs the helm that build makes.
-# check-bench.sh is the benchmark's smoke (every section's code once, no figures kept): the
-# figures are scripts/bench.sh's.
-shopt -s nullglob
-for check in scripts/check-*.sh; do
-  [ "$check" = scripts/check-packaging.sh ] && continue
-  stage "$check"
-  bash "$check"
-done
+stage "scripts/check-image.sh"
+bash scripts/check-image.sh
 
 stage "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)"
 if ! wait "$CP_BUILD"; then
