@@ -356,12 +356,12 @@ fn the_readmes_test_command_time_is_the_last_measured_runs() {
 fn last_fresh_minutes(markdown: &str) -> Option<f64> {
     markdown
         .lines()
+        .rev()
         .filter(|l| l.starts_with("| ") && l.contains("fresh"))
-        .filter_map(|l| {
+        .find_map(|l| {
             l.split(" | ")
                 .find_map(|c| c.trim().strip_suffix(" min")?.parse::<f64>().ok())
         })
-        .last()
 }
 
 /// The minutes of every link into docs/results/test-command.md titled `title`.
