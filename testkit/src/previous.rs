@@ -4,8 +4,8 @@
 //! [`build`] extracts the commit's tree with `git archive` and builds it with `CARGO_TARGET_DIR`
 //! set to this repository's own target directory and the profile of the running test (`debug`
 //! for the suite, `release` for the benchmark). Both trees have the same `Cargo.lock`, so the
-//! dependencies are the ones already compiled there and only the old package is compiled
-//! (not its test harness, which the binary does not need): about a minute. The binary is kept as
+//! dependencies are the ones already compiled there and only the old package and its test
+//! harness are compiled: about a minute. The binary is kept as
 //! `target/previous-<commit>/<profile>/redlock-elector`, so later runs reuse it at once.
 //!
 //! Three changes to the extracted tree make sharing the target directory work; the code
@@ -244,10 +244,10 @@ fn extract(commit: &str, dir: &Path) -> PathBuf {
     // and kube sit on) would otherwise recompile most of the tree. The old code compiled is the
     // commit's own; it only links against the same crate builds.
     let current = read(&crate::repo().join("Cargo.toml"));
-    let dev = without_the_harness(&merged_dependencies(
+    let dev = merged_dependencies(
         section_body(&current, "[dependencies]"),
         section_body(&current, "[dev-dependencies]"),
-    ));
+    );
     let text = replace_section(&text, "[dev-dependencies]", &dev)
         .replacen("[package]\n", "[package]\nautobins = false\n", 1)
         .replacen(WORKSPACE, "", 1)
@@ -324,32 +324,6 @@ pub fn merged_dependencies(normal: &str, dev: &str) -> String {
         .filter(|l| key(l).is_none_or(|k| !in_dev.contains(&k)))
         .collect();
     format!("[dev-dependencies]\n{}\n{dev}", kept.join("\n"))
-}
-
-/// `dev` without the `testkit` entry: the example needs none of the harness, and the commit's
-/// own testkit would be compiled for nothing. The one feature it adds to a crate the other
-/// entries name, reqwest's `blocking`, is added to reqwest's entry, so every crate still resolves
-/// with the features of this tree's `cargo test` (else reqwest, at least, compiles again).
-pub fn without_the_harness(dev: &str) -> String {
-    let mut reqwest = 0;
-    let lines: Vec<String> = dev
-        .lines()
-        .filter(|l| !l.starts_with("testkit ="))
-        .map(|l| {
-            if l.starts_with("reqwest =") && !l.contains("\"blocking\"") {
-                reqwest += 1;
-                l.replacen("features = [", "features = [\"blocking\", ", 1)
-            } else {
-                l.to_string()
-            }
-        })
-        .collect();
-    assert!(
-        reqwest == 1 && lines.iter().any(|l| l.contains("\"blocking\", ")),
-        "the dev-dependencies have another shape than testkit/src/previous.rs expects (one \
-         reqwest entry with a features list): adapt without_the_harness"
-    );
-    lines.join("\n") + "\n"
 }
 
 /// Every `[profile...]` section of `manifest`, headers included.

@@ -414,26 +414,6 @@ fn merged_dev_dependencies_name_each_crate_once_with_the_dev_entry() {
     );
 }
 
-#[test]
-fn the_previous_release_builds_without_the_harness_but_with_its_features() {
-    let dev = "[dev-dependencies]\ntokio = \"1\"\ntestkit = { path = \"testkit\" }\n\
-               reqwest = { version = \"0.12\", default-features = false, features = [\"json\"] }\n";
-    let out = previous::without_the_harness(dev);
-    assert!(!out.contains("testkit"), "{out}");
-    assert!(
-        out.contains("features = [\"blocking\", \"json\"]") && out.contains("tokio = \"1\""),
-        "{out}"
-    );
-    // This tree's own manifest has the shape it expects.
-    let current = std::fs::read_to_string(testkit::repo().join("Cargo.toml")).unwrap();
-    let merged = previous::merged_dependencies(
-        previous::section_body(&current, "[dependencies]"),
-        previous::section_body(&current, "[dev-dependencies]"),
-    );
-    assert!(merged.contains("testkit ="), "{merged}");
-    assert!(!previous::without_the_harness(&merged).contains("testkit ="));
-}
-
 /// Building the previous release on its own: `scripts/test.sh` can run this first, so that the
 /// build (about 70 s in release on 2 cores, once) does not share the machine with tests.
 #[test]
