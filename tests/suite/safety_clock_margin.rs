@@ -3,9 +3,14 @@
 //!
 //! Finding 1: a release proof lets a named successor whose watch began *after* a backward step
 //! count the stepped nodes at once; the forward step that undoes it after the grant is net zero
-//! for every older watch, so nobody's margin pays for it. Findings 2 and 3 are not reproduced
-//! here: both need the leader's clock to run slow against the taker's, and every sidecar of a
-//! test reads one kernel's CLOCK_MONOTONIC (the pure-code tests cover them).
+//! for every older watch, so nobody's margin pays for it.
+//!
+//! Findings 2 and 3 are not reproduced here: both need the holder's clock to run slower than the
+//! taker's, and every sidecar of a test reads one kernel's CLOCK_MONOTONIC. With the two at one
+//! rate the taker's comparison with its last base b before the key was set (g before it) bounds the
+//! steps that shorten the key to ρ·(t_exp + g) + rtt_b + rtt_r + slack, while the holder's margin
+//! (ρ·ttl + 2 ms + its band) and the taker's hold (at least rtt_b + rtt_r + ρ·g + slack) add up to
+//! more: no overlap, whatever the steps. The pure-code tests cover them.
 
 use testkit::common;
 use testkit::fault;
