@@ -104,6 +104,16 @@ pub struct UnsafeSwitches {
     /// a paused or starved sidecar leaves its command running while a successor's starts.
     #[arg(long = "unsafe-disable-run-deadline", hide = true)]
     pub run_deadline_off: bool,
+    /// `--unsafe-disable-span-band`: the blind band charges `driftFactor` × the widest gap
+    /// between bases only, and terms pay no rate allowance for the taker's watch, as before
+    /// issue 52: forward steps each under `driftFactor` of their gap add up unpaid.
+    #[arg(long = "unsafe-disable-span-band", hide = true)]
+    pub span_band_off: bool,
+    /// `--unsafe-disable-proof-continuity`: a release proof counts for a watch that began
+    /// moments ago, and a vouched watch pays nothing for its voucher's blind band, as before
+    /// issue 52: a step back before the watch began, undone after the grant, goes unpaid.
+    #[arg(long = "unsafe-disable-proof-continuity", hide = true)]
+    pub proof_continuity_off: bool,
 }
 
 impl UnsafeSwitches {
@@ -133,6 +143,12 @@ impl UnsafeSwitches {
         }
         if self.run_deadline_off {
             w.push("--unsafe-disable-run-deadline: run's command is not stopped by the term's deadline; two commands may run at once (tests only)");
+        }
+        if self.span_band_off {
+            w.push("--unsafe-disable-span-band: small clock steps that add up over a key's life go unpaid; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.proof_continuity_off {
+            w.push("--unsafe-disable-proof-continuity: a release proof counts for a fresh clock watch; mutual exclusion is NOT guaranteed (tests only)");
         }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");

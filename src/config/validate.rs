@@ -152,7 +152,7 @@ fn margin(timing: &Timing, timeout: Duration) -> Result<(), ConfigError> {
         return Err(err(
             "lease.ttl, lease.driftFactor, redis.timeout",
             format!(
-                "the lease's margin at worst ({}: ttl × driftFactor + 2ms, and twice the clock watch's blind band, 2 × redis.timeout + ttl × driftFactor and more) exceeds half the ttl ({}); raise lease.ttl, or lower redis.timeout or lease.driftFactor",
+                "the lease's margin at worst ({}: 2 × ttl × driftFactor + 2ms + 2 × driftFactor × (ttl + margin), and twice the clock watch's blind band and a voucher's, 3 × redis.timeout + 2 × driftFactor × (ttl + margin) and more) exceeds half the ttl ({}); raise lease.ttl, or lower redis.timeout or lease.driftFactor",
                 fmt_dur(margin),
                 fmt_dur(timing.ttl / 2)
             ),
@@ -161,14 +161,16 @@ fn margin(timing: &Timing, timeout: Duration) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The most a term's margin can be, for `check-config` and the docs: the rate drift
-/// (`ttl × driftFactor + 2ms`), the blind band a leader takes off its term and the one a
+/// The most a term's margin can be, for `check-config` and the docs: the rate allowance
+/// ([`crate::redlock::clock::Policy::term_margin`], `2 × ttl × driftFactor + 2ms`), the blind band a leader takes off its term and the one a
 /// follower that won without a release proof waits before leading (each at most
 /// [`crate::redlock::clock::Policy::max_band_us`] of a reading within `redis.timeout`).
 pub fn lease_margin(ttl: Duration, drift_factor: f64, timeout: Duration) -> Duration {
     let p = crate::redlock::clock::Policy::new(ttl, drift_factor, true).with_base_rtt(timeout);
-    let band = Duration::from_micros(p.max_band_us(p.base_rtt_us).max(0) as u64);
-    crate::redlock::math::drift(ttl, drift_factor) + 2 * band
+    // A watch that counts through a vouch adds the voucher's band, at most
+    // `vouch_band_us`, until it is a window old.
+    let band = (p.max_band_us(p.base_rtt_us) + p.vouch_band_us()).max(0);
+    p.term_margin(ttl) + 2 * Duration::from_micros(band as u64)
 }
 
 fn listen(s: &Settings) -> Result<(SocketAddr, SocketAddr), ConfigError> {

@@ -18,10 +18,11 @@
 //! - **the blind band**: a step no larger than the allowance is invisible, so it is paid for
 //!   in time instead. Only a reading with a round trip within [`Policy::base_rtt_us`] becomes a
 //!   *base*; every reading is compared with every base of the last window (not only the
-//!   latest reading, so small hidden steps cannot add up from comparison to comparison), and
-//!   [`Watch::band_us`] is the largest step the comparison of that reading could have missed.
-//!   A leader ends its term that much sooner; a follower that wins a node without a release
-//!   proof starts its term that much later ([`super::acquire`], [`super::renew`]).
+//!   latest reading), and [`Watch::band_us`] is what the comparison of that reading could have
+//!   missed beyond what every term's margin pays ([`Policy::term_margin`]). A leader ends its
+//!   term that much sooner; a follower that wins a node without a release proof starts its
+//!   term that much later ([`super::acquire`], [`super::renew`]). The derivation, once:
+//!   `docs/concepts/clock-jumps.md`, "The bound"; checked by machine in `clock/tests/prop.rs`.
 //!
 //! Times are plain microseconds: node time since the Unix epoch, local time on this process's
 //! monotonic clock from any origin. That keeps the functions usable by a model checker.
@@ -218,7 +219,7 @@ impl Watch {
         // again.
         let gap_us = r.received_us - newest.sent_us;
         let resumed = p.rewatch_after_gap && gap_us > p.window_us;
-        self.band_us = self.band_of(&r, p);
+        self.band_us = self.band_of(&r, p) + self.inherited_us(&r, p);
         // The largest step any base reveals.
         let jump = self
             .bases
@@ -260,9 +261,9 @@ impl Watch {
     }
 
     /// The band of reading `r` against the current bases: the slowest base, `r`'s own round
-    /// trip, and the widest gap between consecutive bases (or the newest and `r`). A step after
-    /// any base and before `r` larger than that is revealed by the comparison with the last
-    /// base before it.
+    /// trip, and the widest gap between consecutive bases (or the newest and `r`). What the
+    /// comparisons may miss beyond it over a key's life (the rate over the span, a step between
+    /// two slow bases) is in every term's margin: `docs/concepts/clock-jumps.md`, "The bound".
     fn band_of(&self, r: &Reading, p: &Policy) -> i64 {
         if !p.enabled || !p.blind_check {
             return 0;
@@ -277,6 +278,22 @@ impl Watch {
             prev = Some(b);
         }
         band(slowest, r.rtt_us(), widest, p)
+    }
+
+    /// What a watch that counts through a vouch owes besides its own band, at reading `r`:
+    /// until it is a window old, the steps before the voucher's reading that the voucher's
+    /// comparison could have missed are nobody else's to pay (review, finding 1). The voucher's
+    /// band is not sent, so it is taken at the most a voucher vouches at
+    /// ([`Policy::vouch_band_us`], [`Watch::may_vouch`]). Nothing once the watch counts by
+    /// itself, or under the test-only switch.
+    fn inherited_us(&self, r: &Reading, p: &Policy) -> i64 {
+        let young = self
+            .since_us
+            .is_some_and(|since| r.received_us < since + p.window_us);
+        match p.proof_continuity_check && self.vouched_us.is_some() && young {
+            true => p.vouch_band_us(),
+            false => 0,
+        }
     }
 
     /// Keep base `r`: once the newest is [`Policy::base_spacing_us`] old (under the test-only
@@ -331,6 +348,10 @@ impl Watch {
         if !p.enabled {
             return Some(i64::MIN);
         }
+        // A proof says nobody held the key; it says nothing of a step before this watch began,
+        // which the next holder's watch may see undone as nothing (review, finding 1). Only
+        // this watch's window, or a voucher's watch before it, covers that.
+        let proved_us = proved_us.filter(|_| !p.proof_continuity_check);
         let mut watched = self.since_us? + p.window_us;
         for early in [proved_us, self.vouched_us].into_iter().flatten() {
             watched = watched.min(early);
@@ -366,7 +387,12 @@ impl Watch {
         if self.run_id.as_deref() != Some(run_id) || self.since_us.is_none() {
             return false;
         }
-        !p.attestation_check || self.counts_at(received_us, p)
+        if !p.attestation_check {
+            return true;
+        }
+        // The vouchee pays for this reading's band up to the bound, not beyond it.
+        let paid = !p.proof_continuity_check || self.band_us <= p.vouch_band_us();
+        self.counts_at(received_us, p) && paid
     }
 
     /// A reply read at local `received_us` from server `run_id` found another sidecar's vouch
@@ -400,6 +426,10 @@ impl Watch {
         if !p.enabled {
             return Some(i64::MIN);
         }
+        // The proof then only spares the hold ([`Watch::counts_from_with`]).
+        if p.proof_continuity_check {
+            return self.counts_from(p);
+        }
         let since = self.since_us?;
         Some(since.max(self.quarantined_until_us.unwrap_or(i64::MIN)))
     }
@@ -407,8 +437,11 @@ impl Watch {
     /// The node proved, in the reply read at local `received_us`, that no live holder was left
     /// on it: this sidecar's grant consumed the previous holder's release proof (the reservation
     /// a holder that still counted the node wrote in the same atomic step as deleting its own
-    /// key, [`super::scripts::RELEASE`]). A jump before that moment cannot matter (nobody held
-    /// the key), and every later one is seen by this watch, so the node counts from then on
+    /// key, [`super::scripts::RELEASE`]). Nobody held the key, so the grant needs no hold. A
+    /// step back before this watch began, undone after the grant, is another matter (it
+    /// shortens this sidecar's own key unseen by older watches): under
+    /// [`Policy::proof_continuity_check`] the proof makes the node count only where the watch
+    /// counts anyway, by itself or through a vouch; under the test-only switch, from then on
     /// for `lease`, until the watch begins again. Returns whether the proof was taken: not when the reading
     /// is of another server than the watch's, nor while a jump quarantine runs.
     pub fn prove(&mut self, lease: u64, run_id: &str, received_us: i64) -> bool {

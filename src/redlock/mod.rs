@@ -66,6 +66,24 @@ pub struct NodeSet {
     shard_records: Arc<records::SharedRecords>,
 }
 
+/// The clock watch's policy for every node of `config`, the test-only switches applied.
+fn clock_policy(config: &Config) -> clock::Policy {
+    let u = &config.unsafe_switches;
+    clock::Policy {
+        proof_check: !u.release_proof_check_off,
+        attestation_check: !u.attestation_check_off,
+        blind_check: !u.blind_band_off,
+        span_check: !u.span_band_off,
+        proof_continuity_check: !u.proof_continuity_off,
+        ..clock::Policy::new(
+            config.lease.ttl,
+            config.lease.drift_factor,
+            !u.clock_check_off,
+        )
+        .with_base_rtt(config.redis.timeout)
+    }
+}
+
 impl NodeSet {
     /// Build the node set from config (no I/O); `metrics`' per-endpoint series are the
     /// process's.
@@ -82,17 +100,7 @@ impl NodeSet {
                     true => node::Quarantine::Ignored,
                     false => node::Quarantine::Enforced,
                 },
-                clock::Policy {
-                    proof_check: !config.unsafe_switches.release_proof_check_off,
-                    attestation_check: !config.unsafe_switches.attestation_check_off,
-                    blind_check: !config.unsafe_switches.blind_band_off,
-                    ..clock::Policy::new(
-                        config.lease.ttl,
-                        config.lease.drift_factor,
-                        !config.unsafe_switches.clock_check_off,
-                    )
-                    .with_base_rtt(config.redis.timeout)
-                },
+                clock_policy(config),
                 node::Shared {
                     metrics: metrics.clone(),
                     tasks: tasks.clone(),
@@ -166,7 +174,8 @@ pub struct Redlock {
     reservation_key: String,
     /// Lease ttl.
     ttl: Duration,
-    /// `ttl·driftFactor + 2ms`.
+    /// What every term takes off its end besides its blind band: `ttl·driftFactor + 2ms`, and
+    /// `ttl·driftFactor` more for the taker's watch ([`clock::Policy::term_margin`]).
     drift: Duration,
     /// How long a release's named successor has the key reserved ([`grace`]).
     grace: Duration,
@@ -232,7 +241,7 @@ impl Redlock {
             set: set.clone(),
             nodes: set.nodes.clone(),
             ttl: config.lease.ttl,
-            drift: math::drift(config.lease.ttl, config.lease.drift_factor),
+            drift: clock_policy(config).term_margin(config.lease.ttl),
             grace: grace(config.redis.timeout),
             metrics,
             epoch_seen: AtomicU64::new(0),

@@ -187,6 +187,8 @@ fn hidden_test_only_switches() {
         reconnect_taint_off: false,
         no_attestations: false,
         run_deadline_off: false,
+        span_band_off: false,
+        proof_continuity_off: false,
     };
     assert_eq!(c.unsafe_switches, want);
     let mut e = env();

@@ -8,8 +8,9 @@ use std::time::Duration;
 /// Two terms meet on a node: the previous holder set its key at one reading of its own, this
 /// sidecar finds the key gone at one of its. A step forward between them that neither watch
 /// could see shortens the previous key; a step back before the previous holder's reading, then
-/// forward, also does, and its backward half is for the previous holder's watch to see. So
-/// each side pays for its own watch:
+/// forward, also does, and its backward half is for the previous holder's watch (or the watch
+/// that vouched for it) to see. So each side pays for its own watch, and every term's margin
+/// for what no band sees (`docs/concepts/clock-jumps.md`, "The bound"):
 /// - **lead**: every term ends the largest band of the votes it counted sooner (the backward
 ///   half, for whoever comes next);
 /// - **hold**: a term won on votes without a release proof begins the largest band of those

@@ -360,3 +360,4 @@ fn parses_time() {
 }
 
 mod band;
+mod prop;
