@@ -80,20 +80,29 @@ fn from_ns(ns: u64) -> Instant {
 struct Args {
     grace: Duration,
     deadline: Instant,
+    /// Tests only (`--unsafe-test-guard-spawn-delay`): a wait before starting the command, and
+    /// another before acting on the deadline once it started (a guard starved throughout).
+    delay: Option<Duration>,
     command: Vec<OsString>,
 }
 
+/// `GRACE_MS DEADLINE_NS [DELAY_MS] -- CMD ARGS…`
 fn parse(args: &[OsString]) -> Option<Args> {
     let num = |i: usize| args.get(i)?.to_str()?.parse::<u64>().ok();
     let grace = Duration::from_millis(num(0)?);
     let deadline = from_ns(num(1)?);
-    if args.get(2)?.to_str()? != "--" || args.len() < 4 {
+    let (delay, rest) = match args.get(2)?.to_str()? {
+        "--" => (None, 3),
+        _ => (Some(Duration::from_millis(num(2)?)), 4),
+    };
+    if args.get(rest - 1)?.to_str()? != "--" || args.len() <= rest {
         return None;
     }
     Some(Args {
         grace,
         deadline,
-        command: args[3..].to_vec(),
+        delay,
+        command: args[rest..].to_vec(),
     })
 }
 
@@ -162,6 +171,9 @@ fn next(deadline: Instant, grace: Duration, stop_began: Option<Instant>, killed:
 }
 
 async fn guard(args: Args) -> u8 {
+    if let Some(delay) = args.delay {
+        tokio::time::sleep(delay).await;
+    }
     let mut command = std::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -194,6 +206,10 @@ async fn guard(args: Args) -> u8 {
             return CANNOT_START;
         }
     };
+    // A guard starved again once the command started: it acts on the deadline only now.
+    if let Some(delay) = args.delay {
+        tokio::time::sleep(delay).await;
+    }
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     let signal_group = |sig: libc::c_int| {
         if pgid > 0 {

@@ -70,6 +70,12 @@ pub struct Spec {
     /// The guard stops the command by the term's deadline, and the elector releases no term
     /// while it lives; off only with `--unsafe-disable-run-deadline` (tests).
     pub deadline: bool,
+    /// Tests only (`--unsafe-test-run-start-delay`): a wait between reading a new term and
+    /// starting its command, and another once it started (a runner preempted twice).
+    pub start_delay: Option<Duration>,
+    /// Tests only (`--unsafe-test-guard-spawn-delay`): the guard's wait before it starts the
+    /// command.
+    pub guard_delay: Option<Duration>,
 }
 
 /// The command's environment variables describing the term.
@@ -242,7 +248,15 @@ impl Runner {
                                 && t.deadline > Instant::now() + self.spec.kill_grace =>
                         {
                             ran_in = Some(t.token);
+                            if let Some(delay) = self.spec.start_delay {
+                                tokio::time::sleep(delay).await;
+                            }
                             running = self.start(&t);
+                            // A runner preempted again once the command started: it sees the
+                            // term's end only now.
+                            if let (Some(delay), Some(_)) = (self.spec.start_delay, &running) {
+                                tokio::time::sleep(delay).await;
+                            }
                             if running.is_none() {
                                 // Not started at all: end the term, and `run` with 127.
                                 self.step_down_for_exit().await;
@@ -279,7 +293,11 @@ impl Runner {
         command
             .arg(guard::SUBCOMMAND)
             .arg(self.spec.kill_grace.as_millis().to_string())
-            .arg(guard_deadline(term, self.spec.deadline).to_string())
+            .arg(guard_deadline(term, self.spec.deadline).to_string());
+        if let Some(delay) = self.spec.guard_delay {
+            command.arg(delay.as_millis().to_string());
+        }
+        command
             .arg("--")
             .args(&self.spec.command)
             .env(env::LEASE, &self.spec.lease)

@@ -187,6 +187,8 @@ fn hidden_test_only_switches() {
         reconnect_taint_off: false,
         no_attestations: false,
         run_deadline_off: false,
+        run_start_delay_ms: None,
+        guard_spawn_delay_ms: None,
     };
     assert_eq!(c.unsafe_switches, want);
     let mut e = env();
