@@ -287,9 +287,11 @@ fn guard_of(parent: u32, timeout: Duration) -> u32 {
 }
 
 /// A term that ends as it starts: each `run` waits 1 s between reading a new term and starting
-/// its command (`--unsafe-test-run-start-delay`), and the first leader is stepped down inside
-/// that wait. Its release names the other sidecar, whose command starts; the ended term's
-/// command must never start (before the fix it did, beside the successor's, until SIGKILL).
+/// its command, and 1 s again once it started (`--unsafe-test-run-start-delay`, a runner
+/// preempted twice), and the first leader is stepped down inside the first wait. Its release
+/// names the other sidecar, whose command starts; the ended term's command must never start
+/// (before the fix it did, beside the successor's; the second wait lets it live long enough to
+/// leave its records).
 #[test]
 fn a_term_that_ends_as_it_starts_starts_no_command() {
     let ttl = Duration::from_secs(3);
@@ -339,9 +341,11 @@ fn a_term_that_ends_as_it_starts_starts_no_command() {
 }
 
 /// A guard that starts late: the first leader's guard waits 3 s (three ttls) before starting
-/// the command (`--unsafe-test-guard-spawn-delay`), and the sidecar is paused meanwhile, so its
-/// lease expires and the other sidecar leads and runs its command. The late guard must not
-/// start the command of the expired term (before the fix it did, after the successor's).
+/// the command, and 3 s again before it first acts on the deadline
+/// (`--unsafe-test-guard-spawn-delay`, a guard starved throughout), and the sidecar is paused
+/// meanwhile, so its lease expires and the other sidecar leads and runs its command. The late
+/// guard must not start the command of the expired term (before the fix it did, after the
+/// successor's; the second wait lets it live long enough to leave its records).
 #[test]
 fn a_guard_that_starts_past_the_deadline_starts_no_command() {
     let nodes = redis_cluster(3, TTL);
