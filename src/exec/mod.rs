@@ -145,7 +145,7 @@ impl Running {
 /// What came of starting the command for a term.
 enum Start {
     /// The guard runs.
-    Running(Running),
+    Running(Box<Running>),
     /// The term ended before the gate was set: nothing started, nothing to end.
     Ended,
     /// The guard could not be started.
@@ -290,7 +290,7 @@ impl Runner {
                             }
                             match self.start(&t) {
                                 Start::Running(r) => {
-                                    running = Some(r);
+                                    running = Some(*r);
                                     // A runner preempted again once the command started: it
                                     // sees the term's end only now.
                                     if let Some(delay) = self.spec.start_delay {
@@ -387,13 +387,13 @@ impl Runner {
                     valid_ms = left.as_millis() as u64,
                     "command started"
                 );
-                Start::Running(Running {
+                Start::Running(Box::new(Running {
                     guard,
                     orders: ours,
                     token: term.token,
                     deadline: term.deadline,
                     stopping: false,
-                })
+                }))
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the guard process");
