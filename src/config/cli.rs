@@ -159,6 +159,7 @@ impl UnsafeSwitches {
         }
         if self.proof_continuity_off {
             w.push("--unsafe-disable-proof-continuity: a release proof counts for a fresh clock watch; mutual exclusion is NOT guaranteed (tests only)");
+        }
         if self.run_start_delay_ms.is_some() {
             w.push("--unsafe-test-run-start-delay: run starts its command late in each term, to test the term ending meanwhile (tests only)");
         }
