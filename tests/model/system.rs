@@ -648,6 +648,12 @@ impl System {
             proof_check: self.defences.release_proof,
             attestation_check: self.defences.attestation,
             blind_check: self.defences.blind,
+            // Issue 52's two checks are not in this model yet: its checks were built on the
+            // proof path that proof continuity closes, and at its driftFactor of 0.2 the span
+            // check's term margin (9.76 of a 10-unit ttl) leaves no term to lead. The model
+            // that expresses them is on the `model` branch, not landed (docs/model.md).
+            span_check: false,
+            proof_continuity_check: false,
             ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check).with_base_rtt(BASE_RTT)
         }
     }
