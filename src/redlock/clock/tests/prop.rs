@@ -159,11 +159,9 @@ fn readings(node: &Node<'_>, clock: Clock, s: &Schedule) -> Vec<Taken> {
 
 /// What a vector shows: `Err` with the overlap when a taker leads before a holder's deadline.
 fn check(v: &Vector, p: &Policy) -> Result<(), String> {
-    let ttl = Duration::from_millis(v.ttl_ms);
     let lo = 1.0 - p.drift_factor + 1e-6;
     let rate = |i: usize| Clock(lo + v.rates_ppm[i] as f64 * 1e-6);
     let (ca, cb, cc) = (rate(0), rate(1), rate(2));
-    let margin = p.term_margin(ttl);
     // The readings' instants at the node without steps (a step moves the node's clock, not
     // when it reads it), then the steps anchored to them.
     let flat = Node { steps: &[] };
