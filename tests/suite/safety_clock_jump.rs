@@ -303,7 +303,7 @@ fn proof_scenario(check: bool) -> (Duration, Duration, String) {
     // every defence on a fresh watch that nobody vouched for is no ready candidate (issue 52).
     wait_for(ttl, Duration::from_millis(2), || {
         let v = b.leader();
-        (v.quorum_counts_in_ms.is_some() && v.candidate_ready == !check).then_some(())
+        (v.quorum_counts_in_ms.is_some() && v.candidate_ready != check).then_some(())
     })
     .unwrap_or_else(|| {
         panic!(

@@ -295,10 +295,8 @@ fn check_steps(v: &Vector, steps: &[(i64, i64)], p: &Policy) -> Result<(), Strin
                 .unwrap_or_default();
             wa.attest("x", epoch, a.reading.received_us);
         }
-        if last {
-            if matches!(seen, Seen::Jumped { .. }) {
-                return Ok(());
-            }
+        if last && matches!(seen, Seen::Jumped { .. }) {
+            return Ok(());
         }
     }
     // A's term: counted at its last reading (by its own watch or a vouch; or on the proof).
@@ -557,11 +555,8 @@ fn small_steps() -> impl Strategy<Value = Vector> {
 }
 
 /// Run `cases` vectors of kind `fresh` under `p(ttl)`; the minimal failing vector, if any.
-fn search(fresh: Fresh, cases: u32, p: impl Fn(u64) -> Policy) -> Result<(), (String, Vector)> {
-    match fresh {
-        Fresh::Old => search_in(vector(fresh).boxed(), cases, p),
-        Fresh::New => search_in(vector(fresh).boxed(), cases, p),
-    }
+fn search(fresh: Fresh, cases: u32, p: impl Fn(u64) -> Policy) -> Option<(String, Vector)> {
+    search_in(vector(fresh).boxed(), cases, p)
 }
 
 /// Run `cases` vectors of `strategy` under `p(ttl)`; the minimal failing vector, if any.
@@ -569,7 +564,7 @@ fn search_in(
     strategy: BoxedStrategy<Vector>,
     cases: u32,
     p: impl Fn(u64) -> Policy,
-) -> Result<(), (String, Vector)> {
+) -> Option<(String, Vector)> {
     // A fixed seed: every CI run explores the same vectors, so a search that must find an
     // overlap finds it every time (CLOCK_PROP_SEED explores others).
     let seed: u64 = std::env::var("CLOCK_PROP_SEED")
@@ -595,8 +590,8 @@ fn search_in(
         check(&v, &p(v.ttl_ms)).map_err(TestCaseError::fail)
     });
     match result {
-        Ok(()) => Ok(()),
-        Err(TestError::Fail(why, v)) => Err((why.to_string(), v)),
+        Ok(()) => None,
+        Err(TestError::Fail(why, v)) => Some((why.to_string(), v)),
         Err(e) => panic!("{e}"),
     }
 }
@@ -611,21 +606,21 @@ fn cases() -> u32 {
 
 #[test]
 fn the_margin_holds_for_a_renewal_or_a_takeover() {
-    if let Err((why, v)) = search(Fresh::Old, cases(), policy) {
+    if let Some((why, v)) = search(Fresh::Old, cases(), policy) {
         panic!("{why}\n{v:#?}");
     }
 }
 
 #[test]
 fn the_margin_holds_for_a_fresh_watch_on_a_vouch_or_a_proof() {
-    if let Err((why, v)) = search(Fresh::New, cases(), policy) {
+    if let Some((why, v)) = search(Fresh::New, cases(), policy) {
         panic!("{why}\n{v:#?}");
     }
 }
 
 #[test]
 fn the_margin_holds_for_small_steps_that_add_up() {
-    if let Err((why, v)) = search_in(small_steps().boxed(), cases(), policy) {
+    if let Some((why, v)) = search_in(small_steps().boxed(), cases(), policy) {
         panic!("{why}\n{v:#?}");
     }
 }
@@ -637,7 +632,7 @@ fn without_the_span_band_the_search_finds_an_overlap() {
         ..policy(ttl)
     };
     let (why, v) = search_in(small_steps().boxed(), cases(), off)
-        .expect_err("no overlap found with the span band off");
+        .expect("no overlap found with the span band off");
     eprintln!("span band off: {why}\n{v:#?}");
 }
 
@@ -648,7 +643,7 @@ fn without_proof_continuity_the_search_finds_an_overlap() {
         ..policy(ttl)
     };
     let (why, v) =
-        search(Fresh::New, cases(), off).expect_err("no overlap found with proof continuity off");
+        search(Fresh::New, cases(), off).expect("no overlap found with proof continuity off");
     eprintln!("proof continuity off: {why}\n{v:#?}");
 }
 
