@@ -4,7 +4,9 @@
 # met / not met. Timing never fails it; it exits non-zero only if the benchmark itself breaks.
 #
 #   ./scripts/bench.sh                  full run (about 5 minutes)
-#   ./scripts/bench.sh --quick          few iterations (CI: scripts/check-bench.sh)
+#   ./scripts/bench.sh --quick          few iterations
+#   ./scripts/bench.sh --smoke          every section's code once, figures meaningless (the test
+#                                       command's smoke: scripts/check-bench.sh)
 #   ./scripts/bench.sh --json           the figures as JSON on stdout (progress on stderr)
 #   ./scripts/bench.sh --only acquire,tls,handover,restart,failover,rollout,load,fanout,footprint,fleet,binary,endpoints,real-node
 #
@@ -12,7 +14,7 @@
 # docs/results/figures.md (the page docs/performance.md includes; the README's figures are
 # checked against it by tests/suite/docs_figures.rs). A run replaces only the sections it
 # measured: `--only handover` rewrites the handover rows, and every other row keeps the run
-# (date, commit, machine, load) that measured it. `--quick` (CI) never writes docs/: its merged
+# (date, commit, machine, load) that measured it. `--quick` and `--smoke` never write docs/: their merged
 # copy goes to target/bench-results/ ($CARGO_TARGET_DIR/bench-results/). The control-plane parts
 # below (endpoints, rollout's real rolling updates, real-node) print their figures only; the
 # file keeps their last recorded figures under the run that measured them. Commit the file
@@ -39,7 +41,7 @@ cargo bench --locked --bench bench -- "$@"
 quick=0 only=""
 prev=""
 for a in "$@"; do
-  [ "$a" = "--quick" ] && quick=1
+  { [ "$a" = "--quick" ] || [ "$a" = "--smoke" ]; } && quick=1
   [ "$prev" = "--only" ] && only=",$a,"
   prev="$a"
 done

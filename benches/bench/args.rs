@@ -28,9 +28,15 @@ pub const SECTIONS: &[&str] = &[
 #[derive(Parser, Debug, Clone)]
 #[command(name = "bench", bin_name = "cargo bench --bench bench --")]
 pub struct Opts {
-    /// Few iterations (CI): figures are printed, nothing fails on timing.
+    /// Few iterations: figures are printed, nothing fails on timing.
     #[arg(long)]
     pub quick: bool,
+    /// The test command's smoke (scripts/check-bench.sh): every section's code once, with the
+    /// fewest iterations and the shortest windows that still take it through (a tenth of
+    /// `--quick`'s, at least one), so a broken benchmark fails the tests. Implies `--quick`
+    /// (nothing written to docs/); its figures mean nothing.
+    #[arg(long)]
+    pub smoke: bool,
     /// Print the figures as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     pub json: bool,
@@ -75,6 +81,10 @@ impl Opts {
             .skip(1)
             .any(|a| is_ours(&a))
             .then(Opts::parse)
+            .map(|mut o| {
+                o.quick |= o.smoke;
+                o
+            })
     }
 
     /// Whether `section` runs.
@@ -84,8 +94,19 @@ impl Opts {
             .is_none_or(|v| v.iter().any(|s| s == section))
     }
 
-    /// Iterations: full or quick.
+    /// Iterations (or seconds): full, quick, or a smoke's tenth of quick (at least one).
     pub fn n(&self, full: usize, quick: usize) -> usize {
-        if self.quick { quick } else { full }
+        self.pick(full, quick, quick.div_ceil(10).max(1))
+    }
+
+    /// A size of each mode's own: full, quick or smoke.
+    pub fn pick<T>(&self, full: T, quick: T, smoke: T) -> T {
+        if self.smoke {
+            smoke
+        } else if self.quick {
+            quick
+        } else {
+            full
+        }
     }
 }

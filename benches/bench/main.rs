@@ -3,7 +3,7 @@
 //! side for the raw lock round trip. Real `redis-server` processes on loopback ports and the real
 //! release binary; every figure is printed next to its target as met / not met.
 //!
-//!   cargo bench --bench bench -- [--quick] [--json] [--only SECTION,...] [--against COMMIT]
+//!   cargo bench --bench bench -- [--quick | --smoke] [--json] [--only SECTION,...] [--against COMMIT]
 //!   ./scripts/bench.sh [--quick] [--json]
 //!
 //! Every run also writes the results file ([`results`]): a full or `--only` run updates
@@ -13,7 +13,8 @@
 //! Sections (`args::SECTIONS`): `acquire`, `tls`, `handover`, `restart`, `failover`, `rollout`, `load`,
 //! `fanout`, `footprint`, `fleet`, `shards`, `binary`; `endpoints` and `real-node` are scripts/bench.sh's;
 //! `--against COMMIT` runs the single-lease ones with that commit's binary too ([`against`]). `--quick` runs few
-//! iterations (CI); figures are printed, nothing ever fails on timing. The process exits
+//! iterations; `--smoke` (the test command's, scripts/check-bench.sh) a tenth of those, every
+//! section's code once, its figures meaningless; figures are printed, nothing ever fails on timing. The process exits
 //! non-zero only when the benchmark itself breaks (a sidecar that never leads, a missing
 //! `redis-server`). Run by `cargo test --all-targets` (a debug build, no arguments) it does
 //! nothing. See the README (Performance) and docs/performance.md.
@@ -167,7 +168,7 @@ fn run_sections(rt: &tokio::runtime::Runtime, o: &Opts) -> Report {
 }
 
 fn mode(o: &Opts) -> &'static str {
-    if o.quick { "quick" } else { "full" }
+    o.pick("full", "quick", "smoke")
 }
 
 fn cpus() -> usize {

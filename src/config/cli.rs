@@ -104,8 +104,8 @@ pub struct UnsafeSwitches {
     /// a paused or starved sidecar leaves its command running while a successor's starts.
     #[arg(long = "unsafe-disable-run-deadline", hide = true)]
     pub run_deadline_off: bool,
-    /// `--unsafe-disable-span-band`: the blind band charges `driftFactor` × the widest gap
-    /// between bases only, and terms pay no rate allowance for the taker's watch, as before
+    /// `--unsafe-disable-span-band`: terms pay no allowance for what a taker's watch may miss
+    /// beyond its band (the rate over the key's life, a step between slow bases), as before
     /// issue 52: forward steps each under `driftFactor` of their gap add up unpaid.
     #[arg(long = "unsafe-disable-span-band", hide = true)]
     pub span_band_off: bool,
@@ -114,6 +114,16 @@ pub struct UnsafeSwitches {
     /// issue 52: a step back before the watch began, undone after the grant, goes unpaid.
     #[arg(long = "unsafe-disable-proof-continuity", hide = true)]
     pub proof_continuity_off: bool,
+    /// `--unsafe-test-run-start-delay MS`: `run` waits this long between reading a new term
+    /// and marking its command as running, so a test can end the term in that window, and as
+    /// long again once the command started (a runner preempted twice).
+    #[arg(long = "unsafe-test-run-start-delay", value_name = "MS", hide = true)]
+    pub run_start_delay_ms: Option<u64>,
+    /// `--unsafe-test-guard-spawn-delay MS`: the guard waits this long before starting the
+    /// command, as a guard starved or stopped between `run`'s check and the spawn would, and as
+    /// long again before it first acts on the deadline (starved throughout).
+    #[arg(long = "unsafe-test-guard-spawn-delay", value_name = "MS", hide = true)]
+    pub guard_spawn_delay_ms: Option<u64>,
 }
 
 impl UnsafeSwitches {
@@ -149,6 +159,12 @@ impl UnsafeSwitches {
         }
         if self.proof_continuity_off {
             w.push("--unsafe-disable-proof-continuity: a release proof counts for a fresh clock watch; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.run_start_delay_ms.is_some() {
+            w.push("--unsafe-test-run-start-delay: run starts its command late in each term, to test the term ending meanwhile (tests only)");
+        }
+        if self.guard_spawn_delay_ms.is_some() {
+            w.push("--unsafe-test-guard-spawn-delay: run's guard starts the command late, to test a start past the deadline (tests only)");
         }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");

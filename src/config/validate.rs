@@ -152,7 +152,7 @@ fn margin(timing: &Timing, timeout: Duration) -> Result<(), ConfigError> {
         return Err(err(
             "lease.ttl, lease.driftFactor, redis.timeout",
             format!(
-                "the lease's margin at worst ({}: 2 × ttl × driftFactor + 2ms + 2 × driftFactor × (ttl + margin), and twice the clock watch's blind band and a voucher's, 3 × redis.timeout + 2 × driftFactor × (ttl + margin) and more) exceeds half the ttl ({}); raise lease.ttl, or lower redis.timeout or lease.driftFactor",
+                "the lease's margin at worst ({}: 2 × ttl × driftFactor + 2ms + 2 × driftFactor × (ttl + margin), and twice the clock watch's blind band, 2 × redis.timeout + driftFactor × (ttl + margin) and more) exceeds half the ttl ({}); raise lease.ttl, or lower redis.timeout or lease.driftFactor",
                 fmt_dur(margin),
                 fmt_dur(timing.ttl / 2)
             ),
@@ -167,9 +167,10 @@ fn margin(timing: &Timing, timeout: Duration) -> Result<(), ConfigError> {
 /// [`crate::redlock::clock::Policy::max_band_us`] of a reading within `redis.timeout`).
 pub fn lease_margin(ttl: Duration, drift_factor: f64, timeout: Duration) -> Duration {
     let p = crate::redlock::clock::Policy::new(ttl, drift_factor, true).with_base_rtt(timeout);
-    // A watch that counts through a vouch adds the voucher's band, at most
-    // `vouch_band_us`, until it is a window old.
-    let band = (p.max_band_us(p.base_rtt_us) + p.vouch_band_us()).max(0);
+    // (A watch that counts through a vouch adds the voucher's band, at most `vouch_band_us`,
+    // until it is a window old. Not counted here: where that leaves a term no validity, the
+    // term is not taken, and that watch counts by itself a window later.)
+    let band = p.max_band_us(p.base_rtt_us).max(0);
     p.term_margin(ttl) + 2 * Duration::from_micros(band as u64)
 }
 

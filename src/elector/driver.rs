@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::{mpsc, watch};
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use super::machine::Machine;
@@ -36,6 +36,10 @@ use crate::redlock::{Acquire, Notices, Redlock};
 
 /// An attempt's record round: the candidates a quorum holds.
 type Records = Pin<Box<dyn Future<Output = Option<Vec<Candidate>>> + Send>>;
+
+/// A renewal's record round is cut this long before the term's deadline, so that a renewal
+/// that reached a quorum is fed to the machine before the deadline ends the term.
+const RECORDS_BEFORE_DEADLINE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Step-down requests queued before the loop takes them (each waits for its answer anyway).
 const REQUEST_QUEUE: usize = 16;
@@ -296,10 +300,10 @@ impl<R: Rounds> Elector<R> {
         match command {
             Command::Attempt { named, record } => {
                 let shared = rounds.clone();
-                let records: Records =
-                    Box::pin(
-                        async move { shared.records(record.fields.as_ref(), record.life).await },
-                    );
+                let records: Records = Box::pin(async move {
+                    let (fields, life) = (record.fields.as_ref(), record.life);
+                    shared.records(fields, life, record.read_after).await
+                });
                 let (outcome, candidates) =
                     won_first(rounds.acquire(named), records, &mut self.tail).await;
                 Some(Event::Attempted {
@@ -310,7 +314,7 @@ impl<R: Rounds> Elector<R> {
             Command::Watch { record } => {
                 let w = rounds.watch(record.fields.as_ref(), record.life).await;
                 Some(Event::Watched {
-                    answered: w.candidates.is_some(),
+                    answered: w.answered,
                     held: w.held,
                     candidates: w.candidates,
                 })
@@ -320,24 +324,25 @@ impl<R: Rounds> Elector<R> {
                 record,
                 until,
             } => {
-                // Never let an in-flight renewal delay the step-down at the deadline.
-                let round = async {
-                    tokio::join!(
-                        rounds.renew(&lease),
-                        rounds.records(record.fields.as_ref(), record.life)
-                    )
+                // Never let an in-flight renewal delay the step-down at the deadline. The record
+                // round beside it is cut on its own, a little before: a renewal that reached a
+                // quorum is fed while its term still runs, not lost to a record round still
+                // running (review finding 6); its read comes with the next renewal.
+                let renew = async { timeout_at(until, rounds.renew(&lease)).await.ok().flatten() };
+                let (fields, life) = (record.fields.as_ref(), record.life);
+                let records = async {
+                    let read = rounds.records(fields, life, record.read_after);
+                    let cut = until.checked_sub(RECORDS_BEFORE_DEADLINE).unwrap_or(until);
+                    timeout_at(cut, read).await.ok().flatten()
                 };
-                let (deadline, candidates) = tokio::select! {
-                    r = round => r,
-                    _ = sleep_until(until) => (None, None),
-                };
+                let (deadline, candidates) = tokio::join!(renew, records);
                 Some(Event::Renewed {
                     deadline,
                     candidates,
                 })
             }
             Command::ReadCandidates { life } => {
-                Some(Event::Candidates(rounds.records(None, life).await))
+                Some(Event::Candidates(rounds.records(None, life, None).await))
             }
             Command::Release { lease, successor } => {
                 // A shard's count of moves goes only with the hand-over that asked for it.

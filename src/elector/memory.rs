@@ -34,6 +34,9 @@ pub struct World {
     pub fail_renewals: bool,
     /// How long a record round takes before it writes (a slow node).
     pub records_delay: Duration,
+    /// While set, every record round fails (fewer than a quorum answered it) while the key's
+    /// rounds succeed: a shard's shared record round failing on its own.
+    pub fail_records: bool,
     /// Every record written or withdrawn, in order: `write <identity>`, `withdraw <identity>`.
     pub history: Vec<String>,
 }
@@ -142,11 +145,19 @@ impl Rounds for Memory {
         Some(now + self.ttl)
     }
 
-    async fn records(&self, own: Option<&[String; 5]>, life: Duration) -> Option<Vec<Candidate>> {
+    async fn records(
+        &self,
+        own: Option<&[String; 5]>,
+        life: Duration,
+        _read_after: Option<Instant>,
+    ) -> Option<Vec<Candidate>> {
         let delay = self.world().records_delay;
         tokio::time::sleep(delay).await;
         let now = Instant::now();
         let mut w = self.world();
+        if w.fail_records {
+            return None;
+        }
         w.write(&self.identity, own, life, now);
         Some(w.candidates(now))
     }
@@ -154,7 +165,9 @@ impl Rounds for Memory {
     async fn watch(&self, own: Option<&[String; 5]>, life: Duration) -> Watched {
         let now = Instant::now();
         let mut w = self.world();
-        w.write(&self.identity, own, life, now);
+        if !w.fail_records {
+            w.write(&self.identity, own, life, now);
+        }
         let held = w
             .key
             .as_ref()
@@ -165,7 +178,8 @@ impl Rounds for Memory {
             });
         Watched {
             held,
-            candidates: Some(w.candidates(now)),
+            candidates: (!w.fail_records).then(|| w.candidates(now)),
+            answered: true,
         }
     }
 
@@ -401,5 +415,54 @@ mod tests {
         assert_eq!(ended.reason, StepDownReason::RenewalFailed);
         stop.cancel();
         task.await.unwrap();
+    }
+
+    /// Review finding 6: a renewal that reached a quorum is not lost because the record round
+    /// beside it runs into the deadline. Renewals fail until 100 ms before the deadline; from
+    /// then on they succeed at once while the record round takes 100 ms, so the next retry
+    /// (75 ms apart) starts within 100 ms of the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_is_not_lost_to_a_record_round_past_the_deadline() {
+        let world = World::shared();
+        let (ha, stop, task) = start(&world, "a");
+        until_leader(&ha).await;
+        let deadline = ha.leadership.borrow().term.unwrap().deadline;
+        world.lock().unwrap().fail_renewals = true;
+        tokio::time::sleep_until(deadline - Duration::from_millis(100)).await;
+        {
+            let mut w = world.lock().unwrap();
+            w.fail_renewals = false;
+            w.records_delay = Duration::from_millis(100);
+        }
+        tokio::time::sleep_until(deadline + TTL / 2).await;
+        let l = ha.leadership.borrow().clone();
+        assert_eq!(
+            (l.term.map(|t| t.token), l.ended.map(|e| e.reason)),
+            (Some(1), None),
+            "the renewal reached the nodes but the term ended: {l:?}"
+        );
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    /// Review finding 8: a follower whose watch found the key free attempts, even when the
+    /// record round beside it failed (a shard's shared record round): the key's round answered.
+    #[tokio::test(start_paused = true)]
+    async fn a_free_lease_is_taken_while_record_rounds_fail() {
+        let world = World::shared();
+        let (ha, _stop_a, task_a) = start(&world, "a");
+        until_leader(&ha).await;
+        let (hb, stop_b, task_b) = start(&world, "b");
+        following(&hb, "a").await;
+        // a crashes: no release, its key expires within a ttl.
+        task_a.abort();
+        world.lock().unwrap().fail_records = true;
+        let took = tokio::time::timeout(TTL * 3, until_leader(&hb)).await;
+        assert!(
+            took.is_ok(),
+            "the lease stayed free for 3 ttl: b backed off on its failed record rounds"
+        );
+        stop_b.cancel();
+        task_b.await.unwrap();
     }
 }

@@ -17,11 +17,13 @@ pub trait Rounds: Send + Sync + 'static {
     fn acquire(&self, named: bool) -> impl Future<Output = Acquire> + Send;
     /// A renewal round: the new deadline if a quorum renewed.
     fn renew(&self, lease: &Lease) -> impl Future<Output = Option<Instant>> + Send;
-    /// Write the own record (when given) and read everyone's.
+    /// Write the own record (when given) and read everyone's; `read_after`: from a round begun
+    /// at or after that instant ([`crate::redlock::Redlock::candidates`]).
     fn records(
         &self,
         own: Option<&[String; 5]>,
         life: Duration,
+        read_after: Option<Instant>,
     ) -> impl Future<Output = Option<Vec<Candidate>>> + Send;
     /// A follower's watch round, writing the own record (when given).
     fn watch(
@@ -77,8 +79,15 @@ impl Rounds for Live {
         self.redlock.renew(lease).await
     }
 
-    async fn records(&self, own: Option<&[String; 5]>, life: Duration) -> Option<Vec<Candidate>> {
-        self.redlock.candidates(self.own(own), life).await
+    async fn records(
+        &self,
+        own: Option<&[String; 5]>,
+        life: Duration,
+        read_after: Option<Instant>,
+    ) -> Option<Vec<Candidate>> {
+        self.redlock
+            .candidates(self.own(own), life, read_after)
+            .await
     }
 
     async fn watch(&self, own: Option<&[String; 5]>, life: Duration) -> Watched {

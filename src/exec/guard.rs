@@ -38,6 +38,15 @@ pub const NEVER: u64 = u64::MAX;
 /// The exit status of a guard that could not start its command (as a shell's "not found").
 pub const CANNOT_START: u8 = 127;
 
+/// The byte a guard writes back on its stdin (a socket) when it did not start the command
+/// because the term's stop time (deadline less the grace) had passed: `run` then knows that the
+/// command did not exit by itself.
+pub const LATE: u8 = b'L';
+
+/// The error the command's pre-exec check fails with when the stop time has passed; `execve`
+/// never fails with it.
+const LATE_ERRNO: i32 = libc::ETIME;
+
 /// The monotonic clock both processes read (std's and tokio's `Instant` use it on Linux), in ns.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -80,20 +89,33 @@ fn from_ns(ns: u64) -> Instant {
 struct Args {
     grace: Duration,
     deadline: Instant,
+    /// The same deadline as monotonic ns, for the check before the command's exec.
+    deadline_ns: u64,
+    /// Tests only (`--unsafe-test-guard-spawn-delay`): a wait before starting the command, and
+    /// another before acting on the deadline once it started (a guard starved throughout).
+    delay: Option<Duration>,
     command: Vec<OsString>,
 }
 
+/// `GRACE_MS DEADLINE_NS [DELAY_MS] -- CMD ARGS…`
 fn parse(args: &[OsString]) -> Option<Args> {
     let num = |i: usize| args.get(i)?.to_str()?.parse::<u64>().ok();
     let grace = Duration::from_millis(num(0)?);
-    let deadline = from_ns(num(1)?);
-    if args.get(2)?.to_str()? != "--" || args.len() < 4 {
+    let deadline_ns = num(1)?;
+    let deadline = from_ns(deadline_ns);
+    let (delay, rest) = match args.get(2)?.to_str()? {
+        "--" => (None, 3),
+        _ => (Some(Duration::from_millis(num(2)?)), 4),
+    };
+    if args.get(rest - 1)?.to_str()? != "--" || args.len() <= rest {
         return None;
     }
     Some(Args {
         grace,
         deadline,
-        command: args[3..].to_vec(),
+        deadline_ns,
+        delay,
+        command: args[rest..].to_vec(),
     })
 }
 
@@ -162,14 +184,21 @@ fn next(deadline: Instant, grace: Duration, stop_began: Option<Instant>, killed:
 }
 
 async fn guard(args: Args) -> u8 {
+    if let Some(delay) = args.delay {
+        tokio::time::sleep(delay).await;
+    }
     let mut command = std::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
         .stdin(Stdio::null())
         .process_group(0);
     let guard_pid = std::process::id() as libc::pid_t;
+    let stop_ns = args
+        .deadline_ns
+        .saturating_sub(args.grace.as_nanos() as u64);
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
-    // functions (prctl, getppid, _exit).
+    // functions (prctl, getppid, _exit, clock_gettime); the error it may return is built without
+    // allocating.
     unsafe {
         command.pre_exec(move || {
             // The kernel kills the command if the guard dies (the signal follows the thread that
@@ -181,11 +210,26 @@ async fn guard(args: Args) -> u8 {
             if libc::getppid() != guard_pid {
                 libc::_exit(CANNOT_START as i32);
             }
+            // The last moment before the exec: a guard (or sidecar) starved or stopped since
+            // `run` checked the term may come when a successor already leads.
+            if monotonic_ns() >= stop_ns {
+                return Err(std::io::Error::from_raw_os_error(LATE_ERRNO));
+            }
             Ok(())
         });
     }
     let mut child = match tokio::process::Command::from(command).spawn() {
         Ok(c) => c,
+        Err(e) if e.raw_os_error() == Some(LATE_ERRNO) => {
+            eprintln!(
+                "redlock-elector run: not starting {}: the term's stop time has passed",
+                args.command[0].to_string_lossy()
+            );
+            // SAFETY: a one-byte write from a live buffer to fd 0; an error (fd 0 not the
+            // sidecar's socket) leaves only the exit status.
+            unsafe { libc::write(0, [LATE].as_ptr().cast(), 1) };
+            return CANNOT_START;
+        }
         Err(e) => {
             eprintln!(
                 "redlock-elector run: cannot start {}: {e}",
@@ -194,6 +238,10 @@ async fn guard(args: Args) -> u8 {
             return CANNOT_START;
         }
     };
+    // A guard starved again once the command started: it acts on the deadline only now.
+    if let Some(delay) = args.delay {
+        tokio::time::sleep(delay).await;
+    }
     let pgid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     let signal_group = |sig: libc::c_int| {
         if pgid > 0 {

@@ -17,11 +17,13 @@
 pub mod guard;
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
-use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, ChildStdin};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::process::Child;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -70,6 +72,12 @@ pub struct Spec {
     /// The guard stops the command by the term's deadline, and the elector releases no term
     /// while it lives; off only with `--unsafe-disable-run-deadline` (tests).
     pub deadline: bool,
+    /// Tests only (`--unsafe-test-run-start-delay`): a wait between reading a new term and
+    /// starting its command, and another once it started (a runner preempted twice).
+    pub start_delay: Option<Duration>,
+    /// Tests only (`--unsafe-test-guard-spawn-delay`): the guard's wait before it starts the
+    /// command.
+    pub guard_delay: Option<Duration>,
 }
 
 /// The command's environment variables describing the term.
@@ -91,8 +99,8 @@ pub mod env {
 struct Running {
     /// The guard process.
     guard: Child,
-    /// Its orders.
-    orders: ChildStdin,
+    /// Its stdin: our orders go out on it, its report ([`guard::LATE`]) comes back.
+    orders: UnixStream,
     /// The term it runs under.
     token: u64,
     /// The deadline the guard holds.
@@ -122,6 +130,26 @@ impl Running {
             self.order(format!("T {sig}\n")).await;
         }
     }
+
+    /// Whether the guard, now exited, reported that it did not start the command.
+    async fn not_started(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        // The guard is gone, so the read ends at once (its report, or end of input); the bound
+        // only guards against an inherited copy of its end.
+        let read =
+            tokio::time::timeout(Duration::from_millis(100), self.orders.read(&mut byte)).await;
+        matches!(read, Ok(Ok(1))) && byte[0] == guard::LATE
+    }
+}
+
+/// What came of starting the command for a term.
+enum Start {
+    /// The guard runs.
+    Running(Box<Running>),
+    /// The term ended before the gate was set: nothing started, nothing to end.
+    Ended,
+    /// The guard could not be started.
+    Failed,
 }
 
 /// The deadline the guard is given: short of the term's by [`guard::KILL_LEAD`] already, so
@@ -186,11 +214,26 @@ impl Runner {
             tokio::select! {
                 biased;
                 status = wait(&mut running) => {
-                    let r = running.take().expect("wait resolves only with a command running");
+                    let mut r = running.take().expect("wait resolves only with a command running");
+                    let not_started = r.not_started().await;
                     self.gate.send_replace(false);
                     let code = guard::code(status.ok());
                     let term = self.leadership.borrow().term;
                     let leading = term.is_some_and(|t| t.token == r.token);
+                    if not_started {
+                        tracing::warn!(
+                            token = r.token,
+                            "command not started: its guard came after the term's stop time (deadline less run.killGrace)"
+                        );
+                        if stopping {
+                            return 0;
+                        }
+                        // The term keeps no command (one start per term): pass the lease on.
+                        if leading {
+                            self.step_down_for_exit().await;
+                        }
+                        continue;
+                    }
                     let by_itself = !r.stopping
                         && Instant::now() + self.spec.kill_grace < r.deadline;
                     tracing::info!(
@@ -242,12 +285,25 @@ impl Runner {
                                 && t.deadline > Instant::now() + self.spec.kill_grace =>
                         {
                             ran_in = Some(t.token);
-                            running = self.start(&t);
-                            if running.is_none() {
-                                // Not started at all: end the term, and `run` with 127.
-                                self.step_down_for_exit().await;
-                                if self.spec.on_exit == OnChildExit::Exit {
-                                    return guard::CANNOT_START;
+                            if let Some(delay) = self.spec.start_delay {
+                                tokio::time::sleep(delay).await;
+                            }
+                            match self.start(&t) {
+                                Start::Running(r) => {
+                                    running = Some(*r);
+                                    // A runner preempted again once the command started: it
+                                    // sees the term's end only now.
+                                    if let Some(delay) = self.spec.start_delay {
+                                        tokio::time::sleep(delay).await;
+                                    }
+                                }
+                                Start::Ended => {}
+                                Start::Failed => {
+                                    // Not started at all: end the term, and `run` with 127.
+                                    self.step_down_for_exit().await;
+                                    if self.spec.on_exit == OnChildExit::Exit {
+                                        return guard::CANNOT_START;
+                                    }
                                 }
                             }
                         }
@@ -258,15 +314,43 @@ impl Runner {
         }
     }
 
-    /// Start the command's guard for `term`; the gate is set first.
-    fn start(&mut self, term: &Term) -> Option<Running> {
+    /// Start the command's guard for `term`; the gate is set first, and the term checked after.
+    fn start(&mut self, term: &Term) -> Start {
         self.gate.send_replace(true);
+        // The elector publishes a term's end before its release checks the gate (`PublishEnd`,
+        // then `Release`). Seen still current after the gate is set, the term cannot have been
+        // released: its release will wait for the gate to clear. Seen ended, it may have been.
+        if self
+            .leadership
+            .borrow()
+            .term
+            .is_none_or(|now| now.token != term.token)
+        {
+            self.gate.send_replace(false);
+            tracing::info!(
+                token = term.token,
+                "term ended before its command started: not starting it"
+            );
+            return Start::Ended;
+        }
+        let (ours, theirs) =
+            match std::os::unix::net::UnixStream::pair().and_then(|(ours, theirs)| {
+                ours.set_nonblocking(true)?;
+                Ok((UnixStream::from_std(ours)?, theirs))
+            }) {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot open the guard's order channel");
+                    self.gate.send_replace(false);
+                    return Start::Failed;
+                }
+            };
         let exe = match std::env::current_exe() {
             Ok(exe) => exe,
             Err(e) => {
                 tracing::error!(error = %e, "cannot find the own executable to start the guard");
                 self.gate.send_replace(false);
-                return None;
+                return Start::Failed;
             }
         };
         let left = term.deadline.saturating_duration_since(Instant::now());
@@ -279,7 +363,11 @@ impl Runner {
         command
             .arg(guard::SUBCOMMAND)
             .arg(self.spec.kill_grace.as_millis().to_string())
-            .arg(guard_deadline(term, self.spec.deadline).to_string())
+            .arg(guard_deadline(term, self.spec.deadline).to_string());
+        if let Some(delay) = self.spec.guard_delay {
+            command.arg(delay.as_millis().to_string());
+        }
+        command
             .arg("--")
             .args(&self.spec.command)
             .env(env::LEASE, &self.spec.lease)
@@ -290,28 +378,27 @@ impl Runner {
                 humantime::format_rfc3339_millis(until).to_string(),
             )
             .env(env::DEADLINE_UNIX_MS, until_ms.to_string())
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
             .kill_on_drop(false);
         match command.spawn() {
-            Ok(mut guard) => {
-                let orders = guard.stdin.take().expect("stdin is piped");
+            Ok(guard) => {
                 tracing::info!(
                     token = term.token,
                     valid_ms = left.as_millis() as u64,
                     "command started"
                 );
-                Some(Running {
+                Start::Running(Box::new(Running {
                     guard,
-                    orders,
+                    orders: ours,
                     token: term.token,
                     deadline: term.deadline,
                     stopping: false,
-                })
+                }))
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the guard process");
                 self.gate.send_replace(false);
-                None
+                Start::Failed
             }
         }
     }

@@ -44,23 +44,28 @@ pub struct Watched {
     pub held: Option<Observed>,
     /// The candidates a quorum of nodes holds; `None` if fewer than a quorum answered.
     pub candidates: Option<Vec<Candidate>>,
+    /// A quorum of nodes answered the key's round: `held: None` then means the lease may be
+    /// free. For a shard, whose records come from a round of their own, this says nothing of
+    /// that round.
+    pub answered: bool,
 }
 
 impl Redlock {
     /// One watch round on every node in parallel: the holder and the candidates, the own record
     /// written when `mine` is given (each record lives for `life`). A shard of a sharded lease
     /// watches its key alone and has the records from the round its process's shards share
-    /// ([`super::SharedRecords`]); the candidates are then `None` unless a quorum answered both.
+    /// ([`super::SharedRecords`]); the candidates are then `None` unless a quorum answered both,
+    /// and the round is answered when the key's is: a failed record round alone must not keep
+    /// a follower from attempting on a free key.
     pub async fn watch(&self, mine: Option<OwnRecord<'_>>, life: Duration) -> Watched {
         if self.shared.is_none() {
             return self.watch_round(mine, life).await;
         }
-        let (key, records) =
-            tokio::join!(self.watch_round(None, life), self.candidates(mine, life));
-        Watched {
-            held: key.held,
-            candidates: key.candidates.and(records),
-        }
+        let (key, records) = tokio::join!(
+            self.watch_round(None, life),
+            self.candidates(mine, life, None)
+        );
+        shard_watched(key, records)
     }
 
     /// [`Redlock::watch`] on the lease's own keys; a shard's reads the key alone.
@@ -129,7 +134,16 @@ impl Redlock {
         Watched {
             held,
             candidates: Some(candidates::merge(&records, quorum)),
+            answered: true,
         }
+    }
+}
+
+/// A shard's watch: its key's round, and the records from the round its process's shards share.
+fn shard_watched(key: Watched, records: Option<Vec<Candidate>>) -> Watched {
+    Watched {
+        candidates: key.candidates.and(records),
+        ..key
     }
 }
 
@@ -247,6 +261,24 @@ mod tests {
         assert_eq!(h.free_in, Some(Duration::from_millis(400)));
         let all = held(3, &[key("b#1", 900), key("b#1", 400), key("b#1", 700)]).expect("held");
         assert_eq!(all.free_in, Some(Duration::from_millis(700)));
+    }
+
+    /// Review finding 8: a shard's key round answered and found the lease free; its shared
+    /// record round failed. The watch is still answered (the follower attempts), without
+    /// candidates.
+    #[test]
+    fn a_shard_watch_is_answered_by_its_key_round_alone() {
+        let key = Watched {
+            held: None,
+            candidates: Some(Vec::new()),
+            answered: true,
+        };
+        let w = shard_watched(key, None);
+        assert!(
+            w.answered && w.held.is_none() && w.candidates.is_none(),
+            "{w:?}"
+        );
+        assert!(!shard_watched(Watched::default(), Some(Vec::new())).answered);
     }
 
     #[test]

@@ -152,6 +152,14 @@ async fn run_with(
                 lease: config.lease.name.clone(),
                 identity: config.identity.clone(),
                 deadline: !config.unsafe_switches.run_deadline_off,
+                start_delay: config
+                    .unsafe_switches
+                    .run_start_delay_ms
+                    .map(Duration::from_millis),
+                guard_delay: config
+                    .unsafe_switches
+                    .guard_spawn_delay_ms
+                    .map(Duration::from_millis),
             };
             let spec_deadline = spec.deadline;
             let (runner, gate) = exec::Runner::new(

@@ -249,3 +249,140 @@ fn without_the_run_deadline_a_paused_sidecar_leaves_its_command_running() {
         "with the deadline on, no overlap: {found:#?}\n{all:#?}"
     );
 }
+
+/// The first sidecar of `runs` to lead (polled every 2 ms): its index and its term's token.
+fn first_leader(runs: &[Sidecar], timeout: Duration) -> (usize, u64) {
+    wait_for(timeout, Duration::from_millis(2), || {
+        runs.iter().enumerate().find_map(|(i, s)| {
+            let v = s.try_leader()?;
+            v.is_leader.then_some((i, v.fencing_token?))
+        })
+    })
+    .unwrap_or_else(|| panic!("nobody led within {timeout:?}"))
+}
+
+/// The pid of `parent`'s guard process, once it runs.
+fn guard_of(parent: u32, timeout: Duration) -> u32 {
+    let children = || -> Vec<u32> {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|s| {
+                s.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    };
+    wait_for(timeout, Duration::from_millis(1), || {
+        children().into_iter().find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"__guard"))
+        })
+    })
+    .unwrap_or_else(|| panic!("no guard process under {parent} within {timeout:?}"))
+}
+
+/// A term that ends as it starts: each `run` waits 1 s between reading a new term and starting
+/// its command, and 1 s again once it started (`--unsafe-test-run-start-delay`, a runner
+/// preempted twice), and the first leader is stepped down inside the first wait. Its release
+/// names the other sidecar, whose command starts; the ended term's command must never start
+/// (before the fix it did, beside the successor's; the second wait lets it live long enough to
+/// leave its records).
+#[test]
+fn a_term_that_ends_as_it_starts_starts_no_command() {
+    let ttl = Duration::from_secs(3);
+    let nodes = redis_cluster(3, ttl);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let dir = tempdir();
+    let file = dir.path().join("lives");
+    let delay = ["--unsafe-test-run-start-delay", "1000"];
+    let mut runs: Vec<Sidecar> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            let opts = Opts {
+                ttl: "3s",
+                ..run_opts(&file, id, "ignore", &delay)
+            };
+            Sidecar::start(id, &refs, &opts)
+        })
+        .collect();
+    let (i, token) = first_leader(&runs, Duration::from_secs(15));
+    let (status, _) = http("POST", runs[i].api_port, "/leader/step-down").expect("step-down");
+    assert_eq!(status, 200, "step-down refused:\n{}", runs[i].logs());
+    let successor = runs[1 - i].identity.clone();
+    wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
+        lives(&file).iter().any(|l| l.id == successor).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the successor's command never started: {:#?}", lives(&file)));
+    // Past the start delay and the kill grace (ttl/5) of a command started late.
+    std::thread::sleep(Duration::from_millis(1500));
+    for r in &mut runs {
+        r.kill();
+    }
+    let all = lives(&file);
+    let found = overlaps(&all);
+    let late: Vec<&Life> = all.iter().filter(|l| l.token == Some(token)).collect();
+    assert!(
+        late.is_empty() && found.is_empty(),
+        "the command of term {token}, stepped down as it began, started (overlapping the next by {:?}): {late:#?}\noverlaps: {found:#?}\nall: {all:#?}",
+        found.first().map(|o| o.overlap)
+    );
+    assert!(
+        runs[i]
+            .logs()
+            .contains("term ended before its command started"),
+        "the runner did not report the ended term:\n{}",
+        runs[i].logs()
+    );
+}
+
+/// A guard that starts late: the first leader's guard waits 3 s (three ttls) before starting
+/// the command, and 3 s again before it first acts on the deadline
+/// (`--unsafe-test-guard-spawn-delay`, a guard starved throughout), and the sidecar is paused
+/// meanwhile, so its lease expires and the other sidecar leads and runs its command. The late
+/// guard must not start the command of the expired term (before the fix it did, after the
+/// successor's; the second wait lets it live long enough to leave its records).
+#[test]
+fn a_guard_that_starts_past_the_deadline_starts_no_command() {
+    let nodes = redis_cluster(3, TTL);
+    let refs: Vec<&Redis> = nodes.iter().collect();
+    let dir = tempdir();
+    let file = dir.path().join("lives");
+    let late = ["--unsafe-test-guard-spawn-delay", "3000"];
+    let mut a = Sidecar::start("a", &refs, &run_opts(&file, "a", "ignore", &late));
+    let (_, token) = first_leader(std::slice::from_ref(&a), Duration::from_secs(15));
+    let guard = guard_of(a.pid(), Duration::from_secs(2));
+    a.signal("STOP");
+    let mut b = Sidecar::start("b", &refs, &run_opts(&file, "b", "ignore", &[]));
+    wait_children(&file, 1, Duration::from_secs(10));
+    // The late guard decides at 3 s; it is gone by then (before the fix: after its command).
+    wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
+        (!Path::new(&format!("/proc/{guard}")).exists()
+            || std::fs::read_to_string(format!("/proc/{guard}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")))
+        .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the late guard {guard} still runs"));
+    std::thread::sleep(Duration::from_millis(100));
+    a.signal("CONT");
+    std::thread::sleep(Duration::from_millis(300));
+    let logs = a.logs();
+    a.kill();
+    b.kill();
+    let all = lives(&file);
+    let found = overlaps(&all);
+    let late: Vec<&Life> = all.iter().filter(|l| l.token == Some(token)).collect();
+    assert!(
+        late.is_empty() && found.is_empty(),
+        "the late guard started the command of term {token} after the lease passed on (overlapping the next by {:?}): {late:#?}\noverlaps: {found:#?}\nall: {all:#?}",
+        found.first().map(|o| o.overlap)
+    );
+    assert!(
+        logs.contains("command not started"),
+        "the runner did not report the command as not started:\n{logs}"
+    );
+}

@@ -34,6 +34,7 @@ mod rollout;
 mod safety_ambiguous;
 mod safety_checker;
 mod safety_clock_jump;
+mod safety_clock_margin;
 mod safety_empty_restart;
 mod safety_fencing;
 mod safety_quarantine;

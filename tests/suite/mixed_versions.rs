@@ -279,10 +279,12 @@ impl Fleet {
         if fresh {
             self.start(to);
             if self.slots[to].release == Release::New {
-                // A fresh new sidecar says ready within ~50 ms (it can win on a proof); a fresh
+                // A fresh new sidecar says ready once its watch counts a quorum: through a
+                // vouch (ms, where a sidecar that counts the nodes vouches) or after its watch
+                // (since issue 52 a proof alone no longer makes a fresh watch count); a fresh
                 // old one only after its watch, so an old leader or a new one names nobody.
                 let s = self.running(to);
-                wait_for(TTL, Duration::from_millis(5), || {
+                wait_for(TTL * 3, Duration::from_millis(5), || {
                     s.leader().candidate_ready.then_some(())
                 })
                 .unwrap_or_else(|| panic!("{} never said ready:\n{}", s.identity, s.logs()));

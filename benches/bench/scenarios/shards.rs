@@ -13,7 +13,7 @@
 //! variation).
 //!
 //! Part 2: sharded fleets, 3 sidecars × 64 shards and 30 sidecars × 256 (quick mode: 10 ×
-//! 256): the time to a balanced assignment, then commands/s per node, per sidecar and per lease,
+//! 256; the smoke: 4 leases, fleets 2 × 8 and 3 × 16): the time to a balanced assignment, then commands/s per node, per sidecar and per lease,
 //! and the sidecars' CPU and RSS.
 
 use std::collections::BTreeMap;
@@ -393,12 +393,13 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
     // An idle lease costs a node well under one command a second: a quick window shorter than
     // 10 s sees a handful, or none.
     let window = Duration::from_secs(o.n(20, 10) as u64);
-    const N: usize = 32;
+    // The smoke takes the same code through with fewer leases and smaller fleets.
+    let n: usize = o.pick(32, 32, 4);
     eprintln!(
-        "== shards: one lease against {N} in one sidecar, then sharded fleets, at the defaults (ttl 10s) on 3 dedicated nodes, {}s windows",
+        "== shards: one lease against {n} in one sidecar, then sharded fleets, at the defaults (ttl 10s) on 3 dedicated nodes, {}s windows",
         window.as_secs()
     );
-    let [[one_l, one_f], many, sharded] = one_against_many(nodes, window, N);
+    let [[one_l, one_f], many, sharded] = one_against_many(nodes, window, n);
     let push = |rep: &mut Report, what: &str, v: f64, note: &str| {
         rep.push(SECTION, Spec::info(what, v, "cmd/s", note));
     };
@@ -446,7 +447,7 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
             ],
         ),
     ] {
-        let what = |role: &str| format!("{N} {kind}, {role}");
+        let what = |role: &str| format!("{n} {kind}, {role}");
         for (role, r, one, note) in [
             ("leader", l, one_l, notes[0]),
             ("follower", f, one_f, notes[1]),
@@ -466,7 +467,7 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
             rep.push(
                 SECTION,
                 Spec::at_most(
-                    &format!("{N} {kind} / 1 lease, {role}: top-level commands"),
+                    &format!("{n} {kind} / 1 lease, {role}: top-level commands"),
                     ratio(r.top, one.top),
                     "×",
                     2.0,
@@ -476,7 +477,7 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
             rep.push(
                 SECTION,
                 Spec::info(
-                    &format!("{N} {kind} / 1 lease, {role}: all commands"),
+                    &format!("{n} {kind} / 1 lease, {role}: all commands"),
                     ratio(r.all, one.all),
                     "×",
                     "each lease's key is still extended every period, inside the one call",
@@ -494,7 +495,7 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
             rep.push(
                 SECTION,
                 Spec::info(
-                    &format!("{N} {kind} / 1 lease, {role}: Redis time in scripts"),
+                    &format!("{n} {kind} / 1 lease, {role}: Redis time in scripts"),
                     ratio(r.exec_us, one.exec_us),
                     "×",
                     "",
@@ -502,12 +503,16 @@ pub fn run(o: &Opts, rep: &mut Report, nodes: &[&Redis]) {
             );
         }
     }
-    floors(rep, one_l.all, N);
+    floors(rep, one_l.all, n);
     if !o.quick {
-        cpu_per_sidecar(rep, nodes, window, N);
+        cpu_per_sidecar(rep, nodes, window, n);
     }
-    let big = if o.quick { 10 } else { 30 };
-    for (sidecars, shards) in [(3, 64), (big, 256)] {
+    let fleets = o.pick(
+        [(3, 64), (30, 256)],
+        [(3, 64), (10, 256)],
+        [(2, 8), (3, 16)],
+    );
+    for (sidecars, shards) in fleets {
         eprintln!("  {sidecars} sidecars × {shards} shards");
         let f = fleet(nodes, window, sidecars, shards);
         let name = format!("{sidecars} × {shards}");

@@ -189,6 +189,8 @@ fn hidden_test_only_switches() {
         run_deadline_off: false,
         span_band_off: false,
         proof_continuity_off: false,
+        run_start_delay_ms: None,
+        guard_spawn_delay_ms: None,
     };
     assert_eq!(c.unsafe_switches, want);
     let mut e = env();

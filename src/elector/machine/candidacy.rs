@@ -30,7 +30,14 @@ impl Machine {
         };
         let life = period * RECORD_LIFE_PERIODS;
         let Some(rank) = self.rank() else {
-            return (Record { fields: None, life }, false);
+            return (
+                Record {
+                    fields: None,
+                    life,
+                    read_after: None,
+                },
+                false,
+            );
         };
         let ready = self.standing_ready() && cx.nodes.successor_ready;
         let fields = candidates::fields(candidates::OwnFields {
@@ -41,6 +48,7 @@ impl Machine {
         let record = Record {
             fields: Some(fields),
             life,
+            read_after: None,
         };
         (record, ready)
     }

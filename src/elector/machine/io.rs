@@ -21,6 +21,9 @@ pub struct Record {
     pub fields: Option<[String; 5]>,
     /// How long it lives.
     pub life: Duration,
+    /// A decision rests on the round's read (the health handover): it must come from a round
+    /// begun at or after this instant, not from a sharded lease's shared earlier one.
+    pub read_after: Option<Instant>,
 }
 
 /// What the nodes say at the instant of a call: the clock watch and the subscriptions, as

@@ -55,7 +55,10 @@ impl Machine {
             self.push(Command::Count(Count::Stall));
             return self.end(term.lease, StepDownReason::Stalled, None, None);
         }
-        let (record, ready) = self.own_record(cx, Some(term.pending));
+        let (mut record, ready) = self.own_record(cx, Some(term.pending));
+        // Past the health grace this read decides the handover: no shared read from before
+        // the renewal (the grid instant its timer was set for, or now for the check itself).
+        record.read_after = self.app.due.then(|| term.next_renew.min(cx.now));
         self.push(Command::Renew {
             lease: term.lease.clone(),
             record,

@@ -71,8 +71,8 @@ impl Node {
             q.len() == 1
         };
         if first {
-            // A task of its own: a caller that stops waiting (a round decided without this
-            // node, a renewal cut at its deadline) must not strand the others' ops.
+            // A task of its own: a caller that stops waiting (a round dropped before this
+            // node answered, a renewal cut at its deadline) must not strand the others' ops.
             let node = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(WINDOW).await;
@@ -86,6 +86,12 @@ impl Node {
     async fn flush(&self) {
         let Some(queue) = &self.batch else { return };
         let mut ops = std::mem::take(&mut *lock(&queue.0));
+        // An op whose caller stopped waiting stays unsent: a renewal cut at its deadline is
+        // followed at once by the release, and sent after it would find the key missing and
+        // heal it (a ttl with nobody leading). Its term log already counts it unanswered, and
+        // each op carries its own keys, arguments and reply, so dropping one changes no
+        // other's.
+        ops.retain(|op| !op.reply.is_closed());
         while !ops.is_empty() {
             // Ops bound to a connection go out on it; the unbound ones (records, watches) go
             // with the first call.

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::elector::AppGate;
+use crate::elector::machine::io::Record;
 use crate::leadership::CandidacyView;
 
 const APP_GRACE: Duration = Duration::from_secs(5);
@@ -308,4 +309,53 @@ fn without_follow_app_the_app_health_changes_nothing() {
     );
     assert_eq!(ends, 0);
     assert!(b.m.leading());
+}
+
+/// Review finding 8: the renewal whose read decides the health handover asks for a read from a
+/// round begun after the grace ended (a sharded lease would otherwise answer it from its shared
+/// read, up to a quarter of the record's life old); so does each renewal after it while no
+/// healthy candidate exists (each decides again), from its own timer's instant on. Before the
+/// grace ends, a renewal's read may be shared.
+#[test]
+fn the_renewal_deciding_the_health_handover_asks_for_a_read_begun_after_the_grace() {
+    let read_after = |out: &[Command]| {
+        out.iter().find_map(|c| match c {
+            Command::Renew { record, .. } => Some(record.read_after),
+            _ => None,
+        })
+    };
+    let mut b = Bench::following();
+    b.lead();
+    b.renew(healthy_one());
+    let since = b.now;
+    b.app(false);
+    let during = run_until(&mut b, since + APP_GRACE - MS, &healthy_one());
+    assert!(
+        read_after(&during).is_some(),
+        "renewed in the grace: {during:?}"
+    );
+    assert!(
+        during.iter().all(|c| !matches!(
+            c,
+            Command::Renew {
+                record: Record {
+                    read_after: Some(_),
+                    ..
+                },
+                ..
+            }
+        )),
+        "{during:?}"
+    );
+    let out = b.fire();
+    assert_eq!(b.now, since + APP_GRACE);
+    assert_eq!(read_after(&out), Some(Some(b.now)), "{out:?}");
+    // Nobody healthy: kept; the next renewal decides again on a read from its own timer on.
+    let out = b.feed(Event::Renewed {
+        deadline: Some(b.now + TTL),
+        candidates: Some(vec![candidate("sick", 300, None)]),
+    });
+    assert!(ended(&out).is_none(), "{out:?}");
+    let out = b.fire();
+    assert_eq!(read_after(&out), Some(Some(b.now)), "{out:?}");
 }
