@@ -363,8 +363,9 @@ fn vouch_hazard(defences: Defences, jumps: u8) -> System {
     vouch_hazard_until(1, defences, jumps)
 }
 
-/// [`vouch_hazard`] up to real time `horizon`: the overlap itself needs 2, as B's win at unit 1
-/// is held back one unit (its blind band, `hold`).
+/// [`vouch_hazard`] up to real time `horizon`: the overlap itself needs 4, as B's win at unit 1
+/// is held back to 3.462 (its blind band, `hold`, with the largest band a voucher's reading can
+/// have: issue 52's proof continuity; 2 without it).
 fn vouch_hazard_until(horizon: u8, defences: Defences, jumps: u8) -> System {
     let mut sys = System::new(horizon, faults(jumps, |f| f.jump_forward = true), defences);
     sys.fresh = vec![false, true];
@@ -565,9 +566,11 @@ model_test! {
         // Searched with the blind band off, at the pre-band timing (horizon 2, B from unit 2):
         // with the band on, both acquisitions are held back a unit and the overlap needs horizon
         // 4, whose depth-first search had not found it after 6 minutes (2026-11-26). The band
-        // on, the hazard is shown by `fresh_successor_hazard_replayed`.
-        let mut unsafe_sys =
-            fresh_successor_hazard(all_but(|d| (d.release_proof, d.blind) = (false, false)));
+        // on, the hazard is shown by `fresh_successor_hazard_replayed`. Issue 52's proof
+        // continuity off too: it closes the same path (a fresh watch counts on no proof at all).
+        let mut unsafe_sys = fresh_successor_hazard(all_but(|d| {
+            (d.release_proof, d.blind, d.proof_continuity) = (false, false, false)
+        }));
         unsafe_sys.horizon = 2;
         unsafe_sys.connect_at = vec![0, 2];
         let trace = check_with(
@@ -672,7 +675,9 @@ model_test! {
     /// at once and wins them beside A. With the check, A vouches only where the node counts for it
     /// at the reading that returned B's request, which is the third node alone: B cannot win.
     fn fresh_follower_needs_the_attestation_check() {
-        let sys = vouch_hazard_until(2, all_but(|d| d.attestation = false), 2);
+        // Horizon 4: with issue 52's proof continuity B's vouched young watch adds the largest
+        // band a voucher's reading can have, so its win at 1 is held to 3.462.
+        let sys = vouch_hazard_until(4, all_but(|d| d.attestation = false), 2);
         // Random walks meet the overlap within about a million states (3 s), where the
         // depth-first search took 79 M states and 3.5 minutes (2026-11-26).
         let trace = walk("fresh follower, attestation check off", sys, 10_000_000, true)
@@ -835,11 +840,14 @@ fn two_forward_jumps() -> [system::Action; 2] {
 
 /// The attestation hazard's trace, replayed step by step: with the check off the fresh follower
 /// ends up leading beside A; with it on, the same steps leave B counting one node, a follower.
+/// Up to unit 4: with issue 52's proof continuity a vouched watch younger than a window adds
+/// the largest band a voucher's reading can have, so B's hold ends at 3.462, not 1.8 (the
+/// attestation check is still needed beside it).
 #[test]
 fn fresh_follower_vouch_hazard_replayed() {
     use system::Action::*;
     let run = |check: bool| {
-        let sys = vouch_hazard_until(2, all_but(|d| d.attestation = check), 2);
+        let sys = vouch_hazard_until(4, all_but(|d| d.attestation = check), 2);
         let mut steps = vec![StartAcquire(0, 0)];
         steps.extend((0..3).map(|node| Apply { sidecar: 0, node }));
         steps.extend((0..2).map(|node| Deliver { sidecar: 0, node }));
@@ -851,11 +859,11 @@ fn fresh_follower_vouch_hazard_replayed() {
             steps.push(Check { sidecar: 1, node });
         }
         steps.push(StartAcquire(1, 0));
-        // The acquire round, its hold (a tick), then the renewal that confirms a token above
+        // The acquire round, its hold (to unit 4), then the renewal that confirms a token above
         // B's proposal.
         steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
         steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
-        steps.push(Tick);
+        steps.extend([Tick; 3]);
         steps.extend((0..3).map(|node| Apply { sidecar: 1, node }));
         steps.extend((0..3).map(|node| Deliver { sidecar: 1, node }));
         let (s, trace) = replay(&sys, steps, |a| {
@@ -914,12 +922,18 @@ fn explorer() {
 
 /// The release-proof hazard's trace, replayed step by step (the breadth-first search for it
 /// needs more memory than CI has): with the proof check off the fresh successor ends up leading
-/// beside A; with it on, the same steps leave B a follower.
+/// beside A; with it on, the same steps leave B a follower. The hazard is the proof check's,
+/// so both runs keep issue 52's proof continuity off: it closes the same path a second way (a
+/// fresh watch counts on no proof at all), which the third run shows (proof check off,
+/// continuity on: B a follower).
 #[test]
 fn fresh_successor_hazard_replayed() {
     use system::Action::*;
-    let run = |release_proof: bool| {
-        let sys = fresh_successor_hazard(all_but(|d| d.release_proof = release_proof));
+    let run = |release_proof: bool, proof_continuity: bool| {
+        let sys = fresh_successor_hazard(all_but(|d| {
+            d.release_proof = release_proof;
+            d.proof_continuity = proof_continuity;
+        }));
         let apply = |k: u8| (0..3).map(move |node| Apply { sidecar: k, node });
         let deliver = |k: u8, nodes: &[u8]| {
             nodes
@@ -954,18 +968,24 @@ fn fresh_successor_hazard_replayed() {
         let (s, trace) = replay(&sys, steps, |a| matches!(a, Apply { .. } | Deliver { .. }));
         (sys.leaders(&s), trace)
     };
-    let (leaders, trace) = run(false);
+    let (leaders, trace) = run(false, false);
     assert_eq!(
         leaders,
         vec![0, 1],
         "proof check off: the trace should end with two leaders:\n{trace}"
     );
     eprintln!("[model] fresh successor, release proof check off, replayed:\n{trace}");
-    let (leaders, trace) = run(true);
+    let (leaders, trace) = run(true, false);
     assert_eq!(
         leaders,
         vec![0],
         "proof check on: only A leads at the end:\n{trace}"
+    );
+    let (leaders, trace) = run(false, true);
+    assert_eq!(
+        leaders,
+        vec![0],
+        "proof check off, proof continuity on: only A leads at the end:\n{trace}"
     );
 }
 
@@ -1113,7 +1133,7 @@ model_test! {
     /// The release proof's and the attestations' hazard bounds with every defence on, sampled
     /// (their exhaustive on-checks do not finish within CI's time, see above): seeded random
     /// walks over the release-proof hazard's bound (horizon 4, two forward jumps of 12 units,
-    /// B fresh and named) and the attestation hazard's two-jump bound (horizon 2),
+    /// B fresh and named) and the attestation hazard's two-jump bound (horizon 4),
     /// `MODEL_WALK_STATES` states each (default 10 M). The walks do reach the attestation
     /// hazard with its check off (`fresh_follower_needs_the_attestation_check`); at the
     /// release-proof bound they did not meet the overlap with the check off within 10 M states
@@ -1122,7 +1142,7 @@ model_test! {
         let states = env_num("MODEL_WALK_STATES", 10_000_000);
         for (label, sys) in [
             ("release-proof bound", fresh_successor_hazard(Defences::ALL)),
-            ("attestation bound, two jumps", vouch_hazard_until(2, Defences::ALL, 2)),
+            ("attestation bound, two jumps", vouch_hazard_until(4, Defences::ALL, 2)),
         ] {
             if let Some(trace) = walk(&format!("{label}, every defence on"), sys, states, false) {
                 panic!("{label}: violation with every defence on:\n{trace}");
@@ -1481,20 +1501,127 @@ model_test! {
     }
 }
 
+/// The span check's rescaled clock (issue 52, findings 2 and 3): `driftFactor` 0.1 and ttl 25
+/// units (window 27.502, base spacing 3.44, the maintenance cadence 9.17), where the span
+/// check's term margin, 2.502 + 2.5 + 0.22 × 27.502 = 11.05 units, leaves a term (at 0.2 and
+/// 10 units it is 9.763 of 10). A, at the slow edge of 0.1 (0.91), reads every node every 2
+/// units (its lead 0.365) and may acquire in unit 2 only: without the span check its deadline
+/// is local 1.82 + 25 − 2.502 − 0.365 = 23.953, real 26.32, so it still leads at 26; with it,
+/// local 15.4, real 16.9. B (1×) may acquire in unit `b_at` only; prompt links, one round each
+/// (plus the renewal a token above the proposal needs), horizon 26.
+fn rescaled(defences: Defences, b_at: u8) -> System {
+    let mut sys = System::new(26, faults(0, |_| {}), defences);
+    sys.ttl = std::time::Duration::from_secs(25);
+    sys.drift_factor = 0.1;
+    sys.rates = vec![vec![Rate::Slow91], vec![Rate::Exact]];
+    sys.read_every = Some(vec![2, 0]);
+    sys.max_rounds = 1;
+    sys.prompt = true;
+    sys.starts = Some(vec![vec![(2, 3)], vec![(b_at, b_at + 1)]]);
+    sys
+}
+
+/// Scheduled steps of nodes 0 and 1: `(unit, units)`.
+fn steps_on_two_nodes(steps: &[(u8, f64)]) -> Vec<system::Step> {
+    steps
+        .iter()
+        .flat_map(|&(at, units)| {
+            (0..2).map(move |node| system::Step {
+                at,
+                node,
+                us: (units * system::UNIT_US as f64).round() as i64,
+            })
+        })
+        .collect()
+}
+
+/// Finding 2 at the rescaled clock ([`rescaled`]): B reads every 8 units (its hold 0.801); nodes
+/// 0 and 1 step forward 0.79 units in units 2 (after A's grants), 8 and 16 (after B's
+/// readings there), each within `driftFactor` × the gap to B's next reading and every sum
+/// within `driftFactor` × the span since any base (its reading at 0 against its acquire at 25:
+/// 27.37 moved, 27.501 allowed). A's keys there (wall expiry 27) are gone at 25 (27.37); B
+/// wins them and leads at 26, where A's clock reads 23.66 < 23.953.
+fn small_steps_rescaled(defences: Defences) -> System {
+    let mut sys = rescaled(defences, 25);
+    sys.read_every = Some(vec![2, 8]);
+    sys.steps = steps_on_two_nodes(&[(2, 0.79), (8, 0.79), (16, 0.79)]);
+    sys
+}
+
 model_test! {
     /// (11) Finding 2 of the margin review (issue 52): forward steps each within the allowance
-    /// of every comparison B makes, repeated over three gaps, add up to 2.2 units, while B's
-    /// band (its hold) charges `driftFactor` × its widest gap, 0.8. A, at the slow edge (0.85),
-    /// spends its drift term on its own rate. A's keys on nodes 0 and 1 expire at 11 (wall
-    /// 13.2 > 13); B wins them, holds 0.801, and leads at 12 while A leads until its local
-    /// 10.207 (10.2 at 12). The span check (`Policy.span_check`) is not checked here: at the
-    /// model's `driftFactor` its term margin leaves no term to lead (`Defences::ALL.span`).
+    /// of every comparison B makes, repeated over gaps, add up to more than B's band (its
+    /// hold), which charges `driftFactor` × its widest gap; A, at the slow edge, spends its
+    /// drift term on its own rate. At the model's scale (0.2, ttl 10): three steps of 0.8,
+    /// 0.8 and 0.6 against B's hold of 0.801; A's keys expire at 11 (wall 13.2 > 13), B leads
+    /// at 12 while A leads until its local 10.207 (10.2 at 12). There the span check
+    /// (`Policy.span_check`) leaves no term, so its on-check runs at the rescaled clock
+    /// ([`small_steps_rescaled`]): found with it off, none with it on.
     fn small_steps_over_gaps_need_the_span_check() {
         let off = small_steps_over_gaps(all_but(|d| d.span = false));
         let trace = check("small steps over gaps, defence off", off, true)
             .expect("finding 2: no violation found with the span check off");
         assert!(trace.contains("is_leader: true"), "{trace}");
-        // No on-check: with the span check the model's terms are too short to lead at all
-        // (`Defences::ALL.span`'s comment).
+        let off = small_steps_rescaled(all_but(|d| d.span = false));
+        let trace = check("small steps over gaps (driftFactor 0.1, ttl 25), defence off", off, true)
+            .expect("finding 2: no violation found at the rescaled clock with the span check off");
+        assert!(trace.contains("is_leader: true"), "{trace}");
+        let on = small_steps_rescaled(all_but(|d| d.span = true));
+        if let Some(trace) = check("small steps over gaps (driftFactor 0.1, ttl 25), defence on", on, false) {
+            panic!("finding 2: violation with every defence on:\n{trace}");
+        }
+    }
+}
+
+/// Finding 3 at the rescaled clock ([`rescaled`]; the review's section 3): B's readings are
+/// slow bases, each taking 2 units (`System.base_rtt` 2 units, so they are bases), every 5 units
+/// (its history before 0, and at 5, 10, 15 and 20), the node reading its clock at the end of
+/// the round trip before the step and at the start after it. Nodes 0 and 1 step forward 4.4
+/// units in unit 2, after A's grants, between B's base at 0 and the one sent at 3: within that
+/// comparison (2 × 2 round trips + 0.1 × 7 = 4.701) and within the one of B's acquire at 23
+/// against the base at 0 (2 + 0.1 × 25 = 4.501), but B's band at 23 counts the slowest base's
+/// round trip once and its own (instant) one: 1.1 × 2 + 0.1 × 7 + 0.001 = 2.901. A's keys there
+/// (wall expiry 27) are gone at 23 (27.4); B wins them, holds 2.901, and leads at 26 beside A.
+fn slow_bases(defences: Defences) -> System {
+    let mut sys = rescaled(defences, 23);
+    sys.base_rtt = std::time::Duration::from_secs(2);
+    sys.history = Some(vec![(2, 0), (5, 2)]);
+    sys.timed_reads = [5, 10, 15, 20]
+        .into_iter()
+        .map(|at| system::TimedRead {
+            at,
+            sidecar: 1,
+            nodes: 0b111,
+            rtt_units: 2,
+            node_at_start: true,
+        })
+        .collect();
+    sys.steps = steps_on_two_nodes(&[(2, 4.4)]);
+    sys
+}
+
+model_test! {
+    /// (12) Finding 3 of the margin review (issue 52): a step between two slow bases, bounded
+    /// by both their round trips, hides against a band that counts the slowest base's round
+    /// trip once ([`slow_bases`]: 4.4 units against a band of 2.901). The span check's term
+    /// margin pays what the band misses: found with it off, none with it on.
+    fn slow_bases_need_the_span_check() {
+        let off = slow_bases(all_but(|d| d.span = false));
+        let trace = check("a step between slow bases, defence off", off, true)
+            .expect("finding 3: no violation found with the span check off");
+        assert!(trace.contains("is_leader: true"), "{trace}");
+        assert!(trace.contains("hold 2.901"), "{trace}");
+        // The control: the same step against B's readings taken instantly (every 5 units) is
+        // seen at B's next reading (5 + 4.4 moved, 5.501 allowed), and B never wins.
+        let instant = System {
+            timed_reads: Vec::new(),
+            history: None,
+            read_every: Some(vec![2, 5]),
+            ..slow_bases(all_but(|d| d.span = false))
+        };
+        assert_eq!(check("a step between instant readings, span check off", instant, true), None);
+        if let Some(trace) = check("a step between slow bases, defence on", slow_bases(all_but(|d| d.span = true)), false) {
+            panic!("finding 3: violation with every defence on:\n{trace}");
+        }
     }
 }

@@ -52,6 +52,9 @@ pub enum Rate {
     /// within the model's `driftFactor` (1/0.85 = 1.18 < 1.2; at 0.8 its own watch would take
     /// the nodes' normal movement for a forward jump). Issue 52, finding 2.
     Slower,
+    /// 0.91: the slow edge within a `driftFactor` of 0.1 (1/0.91 = 1.099 < 1.1), for the
+    /// rescaled scenarios of issue 52 ([`System::drift_factor`]).
+    Slow91,
 }
 
 impl Rate {
@@ -61,6 +64,7 @@ impl Rate {
             Rate::Exact => 1_000_000,
             Rate::Fast => 1_100_000,
             Rate::Slower => 850_000,
+            Rate::Slow91 => 910_000,
         }
     }
     fn short(self) -> &'static str {
@@ -69,6 +73,7 @@ impl Rate {
             Rate::Exact => "1x",
             Rate::Fast => "1.1x",
             Rate::Slower => "0.85x",
+            Rate::Slow91 => "0.91x",
         }
     }
 }
@@ -116,10 +121,10 @@ pub struct Defences {
     /// consumed makes the node count for every lease of the process (the binary before the
     /// fix).
     pub proof_per_lease: bool,
-    /// The span band (issue 52, findings 2 and 3, `Policy.span_check`,
-    /// `--unsafe-disable-span-band`): the band charges 3 × `driftFactor` × the widest gap, and
-    /// every term pays `ttl` × `driftFactor` more (`Policy::term_margin`). Off: the band of
-    /// `driftFactor` × the widest gap, and Redlock's drift alone.
+    /// The span check (issue 52, findings 2 and 3, `Policy.span_check`,
+    /// `--unsafe-disable-span-band`): every term pays what a taker's watch can miss beyond its
+    /// band, `ttl × driftFactor + 2 × driftFactor × (1 + driftFactor) × window` besides
+    /// Redlock's drift (`Policy::term_margin`). Off: Redlock's drift alone.
     pub span: bool,
     /// Proof continuity (issue 52, finding 1, `Policy.proof_continuity_check`,
     /// `--unsafe-disable-proof-continuity`): a release proof counts only for a watch that counts
@@ -141,11 +146,12 @@ impl Defences {
         blind: true,
         reconnect_taint: true,
         proof_per_lease: true,
-        // Off in the model: with its `driftFactor` 0.2 the span check's term margin
+        // Off at the model's `driftFactor` 0.2: the span check's term margin
         // (`Policy::term_margin`: 2.002 + 2 + 0.48 × the 12.002-unit window = 9.763 units of
         // a 10-unit ttl) leaves no term long enough to lead (every check would be vacuous).
-        // The binary at 0.01 pays 0.44 s of 10 s. Issue 52: the model's scale must change
-        // before the span check can be model-checked.
+        // The binary at 0.01 pays 0.44 s of 10 s. The span check's own checks (issue 52,
+        // findings 2 and 3) rescale the clock (`System.drift_factor` 0.1, `System.ttl` 25
+        // units: 11.05 units of margin) and switch it on.
         span: false,
         proof_continuity: true,
     };
@@ -257,6 +263,16 @@ pub struct System {
     /// `at`, `sidecar` reads the clocks of `nodes` in a reading sent `rtt_units` earlier, the
     /// node reading its clock at the start or the end of that round trip.
     pub timed_reads: Vec<TimedRead>,
+    /// The lease's ttl: [`TTL`] but where a scenario rescales the clock (issue 52, the span
+    /// check's on-checks, whose term margin at [`DRIFT_FACTOR`] leaves no term to lead).
+    pub ttl: Duration,
+    /// `driftFactor`: [`DRIFT_FACTOR`] but where a scenario rescales the clock (see `ttl`).
+    pub drift_factor: f64,
+    /// Per sidecar, if set: its watch's history before time 0 is readings every `.0` units
+    /// (the last at 0) that each took `.1` units, the node reading its clock at the end of the
+    /// round trip (issue 52, finding 3: bases at the base bound). Else `read_every`'s cadence
+    /// (4 units by default), instant.
+    pub history: Option<Vec<(u8, i64)>>,
 }
 
 /// A scheduled step of a node's wall clock ([`System::steps`]).
@@ -712,6 +728,9 @@ impl System {
             read_every: None,
             base_rtt: BASE_RTT,
             timed_reads: Vec::new(),
+            ttl: TTL,
+            drift_factor: DRIFT_FACTOR,
+            history: None,
         }
     }
 
@@ -726,14 +745,15 @@ impl System {
             blind_check: self.defences.blind,
             span_check: self.defences.span,
             proof_continuity_check: self.defences.proof_continuity,
-            ..Policy::new(TTL, DRIFT_FACTOR, self.defences.clock_check).with_base_rtt(self.base_rtt)
+            ..Policy::new(self.ttl, self.drift_factor, self.defences.clock_check)
+                .with_base_rtt(self.base_rtt)
         }
     }
 
     fn drift(&self) -> Duration {
         if self.defences.drift_term {
             // `Redlock.drift`: Redlock's drift, plus `ttl` × `driftFactor` under the span check.
-            self.policy().term_margin(TTL)
+            self.policy().term_margin(self.ttl)
         } else {
             Duration::ZERO
         }
@@ -870,7 +890,7 @@ impl System {
         // After the sleep `acquire_inner` checks the validity again (`t1.elapsed()` against
         // `drift + lead`, i.e. the deadline): a hold outlasted by a pause is released and lost.
         if self.clock(s, k) >= lease.deadline_us {
-            Self::release(s, k, j, lease.value);
+            self.release(s, k, j, lease.value);
             self.attempted(s, k, j, None);
             return;
         }
@@ -900,7 +920,7 @@ impl System {
         let run = r.run;
         let l = Arc::make_mut(&mut s.sidecars[k].links[i]);
         let previous = l.run_id.map(run_id);
-        l.exclusion = node::classify_at(&info, previous.as_deref(), TTL, Us(now_us));
+        l.exclusion = node::classify_at(&info, previous.as_deref(), self.ttl, Us(now_us));
         l.run_id = Some(run);
         l.conn = true;
         self.observe(s, k, i, now_us);
@@ -1156,7 +1176,7 @@ impl System {
                             Some(to) => self.handover(s, k, j, model, index(&to)),
                             None => {
                                 s.sidecars[k].leases[j].round = None;
-                                Self::release(s, k, j, value);
+                                self.release(s, k, j, value);
                             }
                         }
                         events.push_back(Event::Released);
@@ -1238,7 +1258,7 @@ impl System {
     /// nothing is queued before it on the connection, else behind the queued commands (a late
     /// `SET` runs first, as in production). A release only ever deletes its own round's value,
     /// so running it early gives the adversary more, not less.
-    fn release(s: &mut State, k: usize, j: usize, value: Val) {
+    fn release(&self, s: &mut State, k: usize, j: usize, value: Val) {
         for i in 0..s.redis.len() {
             let l = Arc::make_mut(&mut s.sidecars[k].links[i]);
             if !l.conn {
@@ -1250,7 +1270,7 @@ impl System {
                 successor: None,
             };
             if l.reqs.is_empty() {
-                Self::run_script(s, i, &release);
+                self.run_script(s, i, &release);
             } else {
                 l.reqs.push_back((s.now, release));
             }
@@ -1456,8 +1476,9 @@ impl System {
             RoundKind::Acquire { .. } => Duration::from_micros(round.hold_us.max(0) as u64),
             RoundKind::Renew => Duration::ZERO,
         };
-        let valid = math::validity(TTL, elapsed + hold, self.drift() + lead).is_some();
-        let deadline_us = round.t1_us + TTL.saturating_sub(self.drift() + lead).as_micros() as i64;
+        let valid = math::validity(self.ttl, elapsed + hold, self.drift() + lead).is_some();
+        let deadline_us =
+            round.t1_us + self.ttl.saturating_sub(self.drift() + lead).as_micros() as i64;
         let c = &mut s.sidecars[k];
         c.leases[j].round = None;
         // An acquisition's replies after its decision are never read: drop them (later ones
@@ -1489,7 +1510,7 @@ impl System {
                     }
                 } else {
                     e.epoch_seen = e.epoch_seen.max(round.max_epoch);
-                    Self::release(s, k, j, value);
+                    self.release(s, k, j, value);
                     self.attempted(s, k, j, None);
                 }
             }
@@ -1499,7 +1520,7 @@ impl System {
                     self.attempted(s, k, j, Some(lease));
                 }
                 Some(lease) => {
-                    Self::release(s, k, j, lease.value);
+                    self.release(s, k, j, lease.value);
                     self.attempted(s, k, j, None);
                 }
                 None => {
@@ -1537,9 +1558,9 @@ impl System {
 
     /// The node side of the scripts (`src/redlock/scripts.rs`), mirrored: the model cannot run
     /// Lua. Returns the reply, if the command has one.
-    fn run_script(s: &mut State, i: usize, req: &Req) -> Option<Reply> {
+    fn run_script(&self, s: &mut State, i: usize, req: &Req) -> Option<Reply> {
         let wall = Self::wall(s, i);
-        let ttl_us = TTL.as_micros() as i64;
+        let ttl_us = self.ttl.as_micros() as i64;
         let lease = match *req {
             Req::Acquire { lease, .. } | Req::Renew { lease, .. } | Req::Release { lease, .. } => {
                 lease
@@ -1970,17 +1991,26 @@ impl Model for System {
                         let per = rate.us_per_unit();
                         // A fresh sidecar read each clock once, now: its watch has just begun.
                         // The others read it at the binary's cadence (every third of the window,
-                        // 4 units, as the ticks do from now on) for 16 units.
-                        let every = self
-                            .read_every
+                        // 4 units, as the ticks do from now on) for 16 units, or longer than
+                        // the window where a scenario's ttl is longer.
+                        let (every, rtt) = self
+                            .history
                             .as_ref()
                             .and_then(|v| v.get(k).copied())
-                            .filter(|&e| e > 0)
-                            .unwrap_or(4) as usize;
+                            .unwrap_or((
+                                self.read_every
+                                    .as_ref()
+                                    .and_then(|v| v.get(k).copied())
+                                    .filter(|&e| e > 0)
+                                    .unwrap_or(4),
+                                0,
+                            ));
+                        let every = every.max(1) as usize;
+                        let window_units = (policy.window_us / per) as usize + 2;
                         let times: Vec<i64> = if self.fresh.get(k) == Some(&true) {
                             vec![0]
                         } else {
-                            (0..=16 / every)
+                            (0..=(16 / every).max(window_units.div_ceil(every)))
                                 .rev()
                                 .map(|n| -((n * every) as i64))
                                 .collect()
@@ -1988,7 +2018,7 @@ impl Model for System {
                         for t in times {
                             let reading = Reading {
                                 node_us: WALL0_US + t * UNIT_US,
-                                sent_us: t * per,
+                                sent_us: (t - rtt) * per,
                                 received_us: t * per,
                             };
                             l.watch.observe(&run_id(0), reading, &policy);
@@ -2270,7 +2300,7 @@ impl Model for System {
                 let (_, req) = Arc::make_mut(&mut s.sidecars[k].links[i])
                     .reqs
                     .pop_front()?;
-                if let Some(reply) = Self::run_script(&mut s, i, &req)
+                if let Some(reply) = self.run_script(&mut s, i, &req)
                     && (reply.renew.is_some()
                         || s.sidecars[k].leases[reply.lease as usize]
                             .round
@@ -2291,7 +2321,7 @@ impl Model for System {
                 let (_, req) = Arc::make_mut(&mut s.sidecars[k].links[i])
                     .orphans
                     .pop_front()?;
-                Self::run_script(&mut s, i, &req);
+                self.run_script(&mut s, i, &req);
                 if let Some((to, j)) = s.notified.take() {
                     self.notify(&mut s, to as usize, j as usize);
                 }
@@ -2301,7 +2331,7 @@ impl Model for System {
                 let req = Arc::make_mut(&mut s.sidecars[k].links[i])
                     .stale
                     .pop_front()?;
-                Self::run_script(&mut s, i, &req);
+                self.run_script(&mut s, i, &req);
                 if let Some((to, j)) = s.notified.take() {
                     self.notify(&mut s, to as usize, j as usize);
                 }
