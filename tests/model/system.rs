@@ -256,8 +256,8 @@ pub struct System {
     /// cadence; the cadence still applies.
     pub read_every: Option<Vec<u8>>,
     /// The base bound of the policy (`Policy.base_rtt_us`, `redis.timeout` in the binary):
-    /// [`BASE_RTT`] but in the slow-base scenario (issue 52, finding 3), where it is a unit so
-    /// that a reading with a round trip of a unit is a base.
+    /// [`BASE_RTT`] but in the slow-base scenario (issue 52, finding 3), where it is 2 units so
+    /// that a reading with a round trip of 2 units is a base.
     pub base_rtt: Duration,
     /// Scheduled readings with a round trip (issue 52), not faults: at the tick reaching
     /// `at`, `sidecar` reads the clocks of `nodes` in a reading sent `rtt_units` earlier, the
