@@ -510,31 +510,36 @@ model_test! {
     }
 }
 
-model_test! {
-    /// (3) A leads and is paused; its deadline passes while it sleeps, the keys expire, B wins.
-    /// When A resumes, an answer computed from the flag set at decision time says "leader" until
-    /// the elector's timer catches up; `Leadership::at(now)` says no from the first answer.
-    fn pause_needs_answer_time_deadline() {
-        let f = faults(1, |f| f.pause = true);
-        // Horizon 13: B's win at unit 11 is held back past unit 12 (its blind band, `hold`:
-        // 0.2 × the 5-unit gap between its bases at the binary's read cadence + 1 ms). The
-        // breadth-first search for the overlap at horizon 12 ran out of 14 GB (2026-11-26):
-        // searched depth-first, as the release-proof hazard is.
-        let off = scenario(13, f, all_but(|d| d.answer_time = false), 11);
-        let on = System {
-            defences: Defences::ALL,
-            ..off.clone()
-        };
-        let trace = check_with("pause, deadline at decision time, defence off", off, true, true)
-            .expect("pause: no violation found with the answer at decision time");
-        assert!(trace.contains("is_leader: true"));
-        // Found here with the band modelled (2026-11-26): A paused during its hold resumed after
-        // B published token 2 and published its own term, token 1, after it (S2). Fixed in
-        // `acquire_inner` (2ab6e4a): after the hold the validity is checked again; the model's
-        // `end_hold` mirrors it, and the "on" search now checks S1 and S2 both.
-        if let Some(trace) = check("pause, deadline at decision time, defence on", on, false) {
-            panic!("pause: violation with every defence on:\n{trace}");
-        }
+/// (3) A leads and is paused; its deadline passes while it sleeps, the keys expire, B wins.
+/// When A resumes, an answer computed from the flag set at decision time says "leader" until
+/// the elector's timer catches up; `Leadership::at(now)` says no from the first answer.
+#[test]
+#[ignore = "outside CI (the model step's 5 minutes): off 2.17 M and on 7.16 M unique states, 82 s idle (2026-11-27), 774 s at load 19; docs/model.md, 'Outside CI'"]
+fn pause_needs_answer_time_deadline() {
+    let f = faults(1, |f| f.pause = true);
+    // Horizon 13: B's win at unit 11 is held back past unit 12 (its blind band, `hold`:
+    // 0.2 × the 5-unit gap between its bases at the binary's read cadence + 1 ms). The
+    // breadth-first search for the overlap at horizon 12 ran out of 14 GB (2026-11-26):
+    // searched depth-first, as the release-proof hazard is.
+    let off = scenario(13, f, all_but(|d| d.answer_time = false), 11);
+    let on = System {
+        defences: Defences::ALL,
+        ..off.clone()
+    };
+    let trace = check_with(
+        "pause, deadline at decision time, defence off",
+        off,
+        true,
+        true,
+    )
+    .expect("pause: no violation found with the answer at decision time");
+    assert!(trace.contains("is_leader: true"));
+    // Found here with the band modelled (2026-11-26): A paused during its hold resumed after
+    // B published token 2 and published its own term, token 1, after it (S2). Fixed in
+    // `acquire_inner` (2ab6e4a): after the hold the validity is checked again; the model's
+    // `end_hold` mirrors it, and the "on" search now checks S1 and S2 both.
+    if let Some(trace) = check("pause, deadline at decision time, defence on", on, false) {
+        panic!("pause: violation with every defence on:\n{trace}");
     }
 }
 
@@ -700,13 +705,17 @@ model_test! {
     }
 }
 
-model_test! {
-    /// The attestation hazard's bound with one jump, every defence on: no violation (the two-jump
-    /// bound is checked on its trace, `fresh_follower_vouch_hazard_replayed`).
-    fn fresh_follower_attestation_check_on() {
-        if let Some(trace) = check("fresh follower, attestation check on", vouch_hazard(Defences::ALL, 1), false) {
-            panic!("violation with every defence on:\n{trace}");
-        }
+/// The attestation hazard's bound with one jump, every defence on: no violation (the two-jump
+/// bound is checked on its trace, `fresh_follower_vouch_hazard_replayed`).
+#[test]
+#[ignore = "outside CI (the model step's 5 minutes): 5.67 M unique states, 87 s idle (2026-11-27), 95 s at load 7; docs/model.md, 'Outside CI'"]
+fn fresh_follower_attestation_check_on() {
+    if let Some(trace) = check(
+        "fresh follower, attestation check on",
+        vouch_hazard(Defences::ALL, 1),
+        false,
+    ) {
+        panic!("violation with every defence on:\n{trace}");
     }
 }
 
@@ -1122,44 +1131,47 @@ fn three_sidecars_walked(defences: Defences) -> System {
     sys
 }
 
-model_test! {
-    /// Three sidecars, the release proof and attestations together (issue 34), sampled: the
-    /// space is beyond the exhaustive check (`three_sidecars_proof_and_attestations_on`), so
-    /// seeded random walks (`MODEL_WALK_STATES`, default 10 M states) check S1, S2 and the
-    /// proof's invariant with every defence on, and must meet the false proof with the
-    /// reconnect taint off (the walks do reach that hazard). Not exhaustive: a pass says no walk
-    /// met a violation, not that none exists within the bound.
-    fn three_sidecars_random_walks() {
-        let states = env_num("MODEL_WALK_STATES", 10_000_000);
-        let off = three_sidecars_walked(all_but(|d| d.reconnect_taint = false));
-        let trace = walk("three sidecars, reconnect taint off", off, states, true)
-            .expect("three sidecars: no walk met the false proof with the reconnect taint off");
-        assert!(trace.contains("replaces its connection"), "{trace}");
-        let on = three_sidecars_walked(Defences::ALL);
-        if let Some(trace) = walk("three sidecars, every defence on", on, states, false) {
-            panic!("three sidecars: violation with every defence on:\n{trace}");
-        }
+/// Three sidecars, the release proof and attestations together (issue 34), sampled: the
+/// space is beyond the exhaustive check (`three_sidecars_proof_and_attestations_on`), so
+/// seeded random walks (`MODEL_WALK_STATES`, default 10 M states) check S1, S2 and the
+/// proof's invariant with every defence on, and must meet the false proof with the
+/// reconnect taint off (the walks do reach that hazard). Not exhaustive: a pass says no walk
+/// met a violation, not that none exists within the bound.
+#[test]
+#[ignore = "outside CI (the model step's 5 minutes): 2 x 10 M walked states, 22 s idle (2026-11-27); docs/model.md, 'Outside CI'"]
+fn three_sidecars_random_walks() {
+    let states = env_num("MODEL_WALK_STATES", 10_000_000);
+    let off = three_sidecars_walked(all_but(|d| d.reconnect_taint = false));
+    let trace = walk("three sidecars, reconnect taint off", off, states, true)
+        .expect("three sidecars: no walk met the false proof with the reconnect taint off");
+    assert!(trace.contains("replaces its connection"), "{trace}");
+    let on = three_sidecars_walked(Defences::ALL);
+    if let Some(trace) = walk("three sidecars, every defence on", on, states, false) {
+        panic!("three sidecars: violation with every defence on:\n{trace}");
     }
 }
 
-model_test! {
-    /// The release proof's and the attestations' hazard bounds with every defence on, sampled
-    /// (their exhaustive on-checks do not finish within CI's time, see above): seeded random
-    /// walks over the release-proof hazard's bound (horizon 4, two forward jumps of 12 units,
-    /// B fresh and named) and the attestation hazard's two-jump bound (horizon 4),
-    /// `MODEL_WALK_STATES` states each (default 10 M). The walks do reach the attestation
-    /// hazard with its check off (`fresh_follower_needs_the_attestation_check`); at the
-    /// release-proof bound they did not meet the overlap with the check off within 10 M states
-    /// (2026-11-26), so there they sample without that evidence of reach.
-    fn hazard_bounds_random_walks() {
-        let states = env_num("MODEL_WALK_STATES", 10_000_000);
-        for (label, sys) in [
-            ("release-proof bound", fresh_successor_hazard(Defences::ALL)),
-            ("attestation bound, two jumps", vouch_hazard_until(4, Defences::ALL, 2)),
-        ] {
-            if let Some(trace) = walk(&format!("{label}, every defence on"), sys, states, false) {
-                panic!("{label}: violation with every defence on:\n{trace}");
-            }
+/// The release proof's and the attestations' hazard bounds with every defence on, sampled
+/// (their exhaustive on-checks do not finish within CI's time, see above): seeded random
+/// walks over the release-proof hazard's bound (horizon 4, two forward jumps of 12 units,
+/// B fresh and named) and the attestation hazard's two-jump bound (horizon 4),
+/// `MODEL_WALK_STATES` states each (default 10 M). The walks do reach the attestation
+/// hazard with its check off (`fresh_follower_needs_the_attestation_check`); at the
+/// release-proof bound they did not meet the overlap with the check off within 10 M states
+/// (2026-11-26), so there they sample without that evidence of reach.
+#[test]
+#[ignore = "outside CI (the model step's 5 minutes): 2 x 10 M walked states, 36 s idle (2026-11-27), 192 s at load 15; docs/model.md, 'Outside CI'"]
+fn hazard_bounds_random_walks() {
+    let states = env_num("MODEL_WALK_STATES", 10_000_000);
+    for (label, sys) in [
+        ("release-proof bound", fresh_successor_hazard(Defences::ALL)),
+        (
+            "attestation bound, two jumps",
+            vouch_hazard_until(4, Defences::ALL, 2),
+        ),
+    ] {
+        if let Some(trace) = walk(&format!("{label}, every defence on"), sys, states, false) {
+            panic!("{label}: violation with every defence on:\n{trace}");
         }
     }
 }
