@@ -634,25 +634,27 @@ model_test! {
     }
 }
 
-model_test! {
-    /// The release proof's on-check, in CI: with every defence on, no overlap and no false proof
-    /// is reachable in the handover scenario (a fresh successor named by a graceful release) with
-    /// a forward jump or a lost reply anywhere (horizon 1). About 17 s here (6.4 M states).
-    fn fresh_successor_handover_with_faults_on() {
-        let mut sys = System::new(
-            1,
-            faults(1, |f| {
-                f.jump_forward = true;
-                f.reply_loss = true;
-            }),
-            Defences::ALL,
-        );
-        sys.fresh = vec![false, true];
-        sys.handovers = true;
-        sys.max_rounds = 2;
-        if let Some(trace) = check("fresh successor, every defence on", sys, false) {
-            panic!("violation with every defence on:\n{trace}");
-        }
+/// The release proof's on-check: with every defence on, no overlap and no false proof is
+/// reachable in the handover scenario (a fresh successor named by a graceful release) with a
+/// forward jump or a lost reply anywhere (horizon 1). About 17 s idle (6.4 M states) before
+/// issue 52; with its proof continuity the fresh successor counts on no proof without a vouch,
+/// so the replay (`fresh_successor_hazard_replayed`) keeps the release proof's on side in CI.
+#[test]
+#[ignore = "outside CI (the model step's 5 minutes): 922 k unique states up to symmetry (3.87 M), 41 s at load 15 (20 s CPU); docs/model.md, 'Outside CI'"]
+fn fresh_successor_handover_with_faults_on() {
+    let mut sys = System::new(
+        1,
+        faults(1, |f| {
+            f.jump_forward = true;
+            f.reply_loss = true;
+        }),
+        Defences::ALL,
+    );
+    sys.fresh = vec![false, true];
+    sys.handovers = true;
+    sys.max_rounds = 2;
+    if let Some(trace) = check("fresh successor, every defence on", sys, false) {
+        panic!("violation with every defence on:\n{trace}");
     }
 }
 
@@ -1454,7 +1456,9 @@ fn finding_a_release_proof_counts_for_every_lease_searched() {
 // Issue 52: the clock faults of the margin review (`../shared/reviews/
 // clock-margin-and-run-review.md`, findings 1-3), as scheduled steps of any size and sign
 // (`System.steps`), readings at a sidecar's own rate (`System.read_every`), a leader at the slow
-// edge of `driftFactor` (`Rate::Slower`), and three sidecars around a graceful handover.
+// edge of `driftFactor` (`Rate::Slower`, `Rate::Slow91`), three sidecars around a graceful
+// handover, slow bases (`System.timed_reads`, `System.history`, `System.base_rtt`), and, for
+// the span check, a rescaled clock (`System.ttl`, `System.drift_factor`).
 
 /// Finding 1's system (the review's section 1): sidecar A is the leader that releases with
 /// proof (the review's P), B the fresh named successor (the review's A), C a long-running
