@@ -1819,7 +1819,7 @@ impl System {
         self.read_every
             .as_ref()
             .and_then(|v| v.get(k).copied())
-            .is_some_and(|every| every > 0 && s.now % every == 0)
+            .is_some_and(|every| every > 0 && s.now.is_multiple_of(every))
     }
 
     /// Whether sidecar `k` has started ([`System::connect_at`]).
