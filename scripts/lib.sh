@@ -2,7 +2,8 @@
 
 # apt_package PACKAGE: install a Debian package non-interactively, without recommends (prometheus
 # would pull node-exporter), as root or through `sudo -n`; `apt-get update` runs once per script.
-# Fails with the fix when it can't.
+# Fails with the fix when it can't. The test command's lanes run check scripts side by side: apt
+# waits for another's dpkg lock instead of failing on it.
 _apt_updated=""
 apt_package() {
   local pkg=$1 sudo=""
@@ -14,10 +15,10 @@ apt_package() {
   command -v apt-get >/dev/null 2>&1 || { echo "error: $pkg is needed and there is no apt-get; install it by hand" >&2; exit 1; }
   export DEBIAN_FRONTEND=noninteractive
   if [ -z "$_apt_updated" ]; then
-    $sudo apt-get update -qq >/dev/null || { echo "error: apt-get update failed; install $pkg by hand: apt-get install -y $pkg" >&2; exit 1; }
+    $sudo apt-get -o DPkg::Lock::Timeout=900 update -qq >/dev/null || { echo "error: apt-get update failed; install $pkg by hand: apt-get install -y $pkg" >&2; exit 1; }
     _apt_updated=1
   fi
-  $sudo apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null </dev/null || { echo "error: apt-get install $pkg failed" >&2; exit 1; }
+  $sudo apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "$pkg" >/dev/null </dev/null || { echo "error: apt-get install $pkg failed" >&2; exit 1; }
 }
 
 # ensure_apt CMD PACKAGE: install PACKAGE when the program CMD is missing. `type -P` looks for
@@ -34,8 +35,11 @@ ensure_apt() {
 # when Debian's python3 lacks it) with REQUIREMENTS installed; reinstalls only when the file
 # changed (its sha256 is kept in VENV/.STAMP.sha256). PIP_ARGS, if any, are installed first.
 ensure_venv() {
-  local venv=$1 reqs=$2 stamp="$1/.$3.sha256" want
+  local venv=$1 reqs=$2 stamp="$1/.$3.sha256" want fd
   shift 3
+  # Two check scripts of the test command's lanes may share one venv: one creates it at a time.
+  exec {fd}>"$venv.lock"
+  flock "$fd"
   if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv" 2>/dev/null || { rm -rf "$venv"; apt_package python3-venv; python3 -m venv "$venv"; } \
       || { echo "error: python3 -m venv failed (on Debian: apt-get install -y python3-venv)" >&2; exit 1; }
@@ -50,6 +54,7 @@ ensure_venv() {
       || { echo "error: pip install -r $reqs failed" >&2; exit 1; }
     echo "$want" > "$stamp"
   fi
+  exec {fd}>&-
 }
 
 # ensure_go_tool NAME PACKAGE VERSION: prints the path of the Go program NAME, built from PACKAGE at

@@ -33,16 +33,19 @@ esac
 RUST_ONLY=""
 [ "$MODE" != all ] && RUST_ONLY=1
 
-# Stage times: `stage NAME` starts one (and ends the one before), `stage_end` ends it. The table
-# goes out on exit, whatever the exit: a failed run says where its time went too.
-STAGES=()
+# Stage times: `stage NAME` starts one (and ends the one before), `stage_end` ends it; the lanes'
+# stages (below) append theirs to one file. The table goes out on exit, whatever the exit: a
+# failed run says where its time went too.
+LANES_DIR="$(mktemp -d -t test-lanes.XXXXXX)"
+TIMES="$LANES_DIR/times"
+: > "$TIMES"
 STAGE_NAME=""
 STAGE_T0=0
 RUN_T0=$SECONDS
 BACKGROUND=()
 stage_end() {
   [ -n "$STAGE_NAME" ] || return 0
-  STAGES+=("$(printf '%7d s  %s' $((SECONDS - STAGE_T0)) "$STAGE_NAME")")
+  printf '%7d s  %s\n' $((SECONDS - STAGE_T0)) "$STAGE_NAME" >> "$TIMES"
   echo "-- $STAGE_NAME: $((SECONDS - STAGE_T0)) s"
   STAGE_NAME=""
 }
@@ -55,17 +58,70 @@ stage() {
 on_exit() {
   local rc=$? s
   if [ -n "$STAGE_NAME" ]; then
-    STAGES+=("$(printf '%7d s  %s (FAILED, rc %s)' $((SECONDS - STAGE_T0)) "$STAGE_NAME" "$rc")")
+    printf '%7d s  %s (FAILED, rc %s)\n' $((SECONDS - STAGE_T0)) "$STAGE_NAME" "$rc" >> "$TIMES"
   fi
   if [ ${#BACKGROUND[@]} -gt 0 ]; then
     for s in "${BACKGROUND[@]}"; do kill -- "-$s" 2>/dev/null || true; done
   fi
   echo
-  echo "== stage times (./scripts/test.sh $MODE; wall, compiles and waits included)"
-  for s in "${STAGES[@]}"; do echo "$s"; done
+  echo "== stage times (./scripts/test.sh $MODE; wall, compiles and waits included; [lane] stages ran side by side)"
+  cat "$TIMES"
   printf '%7d s  total (%d min %d s), rc %s\n' $((SECONDS - RUN_T0)) $(((SECONDS - RUN_T0) / 60)) $(((SECONDS - RUN_T0) % 60)) "$rc"
 }
 trap on_exit EXIT
+
+# Lanes: after the build, groups of stages that share nothing run side by side, each its stages
+# one after the other, so that the tests that mostly wait on real time (the suite, the control
+# plane) overlap the ones that keep a core busy (the model check, the benchmark's smoke). A lane
+# in the background writes its output to $LANES_DIR/NAME.log (printed whole if it fails) and its
+# exit code to NAME.rc; `lane_stage` times each of its stages into the same table.
+lane_stage() {
+  local lane=$1 name=$2 t0=$SECONDS rc=0
+  shift 2
+  echo "== [$lane] $name"
+  "$@" || rc=$?
+  if [ "$rc" = 0 ]; then
+    printf '%7d s  [%s] %s\n' $((SECONDS - t0)) "$lane" "$name" >> "$TIMES"
+  else
+    printf '%7d s  [%s] %s (FAILED, rc %s)\n' $((SECONDS - t0)) "$lane" "$name" "$rc" >> "$TIMES"
+  fi
+  echo "-- [$lane] $name: $((SECONDS - t0)) s, rc $rc"
+  return "$rc"
+}
+# lane NAME FUNCTION: FUNCTION in the background, in a process group of its own (so that a
+# failure elsewhere stops all of it).
+LANES=()
+lane() {
+  local name=$1 fn=$2
+  setsid bash -c "$(declare -f lane_stage wait_for_build "$fn"; declare -p NODE_TESTS SKIP_NODE_TESTS MODEL_SLOW_SKIPS); set -uo pipefail; export TIMES LANES_DIR; rc=0; $fn || rc=\$?; echo \$rc > '$LANES_DIR/$name.rc'; exit \$rc" \
+    > "$LANES_DIR/$name.log" 2>&1 < /dev/null &
+  BACKGROUND+=("$!")
+  LANES+=("$name")
+  echo "-- lane [$name] started in the background (log $LANES_DIR/$name.log)"
+}
+# wait_for_build NAME: waits for a background build's exit code ($LANES_DIR/NAME.rc).
+wait_for_build() {
+  while [ ! -e "$LANES_DIR/$1.rc" ]; do sleep 2; done
+  return "$(cat "$LANES_DIR/$1.rc")"
+}
+# wait_lanes: every lane's end; prints a failed lane's log whole, and fails if any failed.
+wait_lanes() {
+  local name failed=""
+  for name in "${LANES[@]}"; do
+    while [ ! -e "$LANES_DIR/$name.rc" ]; do sleep 2; done
+    if [ "$(cat "$LANES_DIR/$name.rc")" = 0 ]; then
+      echo "-- lane [$name] passed: $(grep -cE '^test result: ok' "$LANES_DIR/$name.log" || true) test binaries ok (log $LANES_DIR/$name.log)"
+    else
+      echo "== lane [$name] FAILED (rc $(cat "$LANES_DIR/$name.rc")); its log:"
+      cat "$LANES_DIR/$name.log"
+      failed="$failed $name"
+    fi
+  done
+  if [ -n "$failed" ]; then
+    echo "test.sh: lanes failed:$failed (their logs are above)" >&2
+    return 1
+  fi
+}
 
 stage "prerequisites (Debian packages when missing)"
 ensure_apt redis-server redis-server
@@ -90,21 +146,24 @@ ensure_apt node nodejs          #   shell (curl + jq), Python, Node (18+: built-
 # compares with). --rust and --quick skip all of this: they run no cp_* test and build no image.
 if [ -z "$RUST_ONLY" ]; then
   scripts/control-plane.sh prereqs
-  CP_BUILD_LOG="$(mktemp -t control-plane-build.XXXXXX)"
-  setsid scripts/control-plane.sh build > "$CP_BUILD_LOG" 2>&1 < /dev/null &
-  CP_BUILD=$!
+  # Each background build writes its exit code to $LANES_DIR/NAME.rc (wait_for_build).
+  CP_BUILD_LOG="$LANES_DIR/control-plane-build.log"
+  setsid bash -c "scripts/control-plane.sh build; echo \$? > '$LANES_DIR/control-plane-build.rc'" > "$CP_BUILD_LOG" 2>&1 < /dev/null &
+  BACKGROUND+=("$!")
   # The image's static release binary and crane (scripts/image.sh; the real-node tests and
   # check-image.sh use them) build beside it, at the lowest priority, so they cost the suite only
   # the CPU its tests leave idle. If this fails, the tests that need it build it again and fail
   # loudly there. It cannot share the test build's target directory: its RUSTFLAGS
-  # (+crt-static) and its features (no dev-dependencies unify them) differ, so every crate
-  # would compile again anyway, and the shared lock would hold the tests up behind it.
-  IMAGE_BUILD_LOG="$(mktemp -t image-build.XXXXXX)"
+  # (+crt-static) and its features (no dev-dependencies unify them: serde, serde_json, tokio,
+  # hyper-util and a few more resolve with other features, and everything above them) differ,
+  # so every crate would compile again anyway, and the shared lock would hold the tests up.
+  IMAGE_BUILD_LOG="$LANES_DIR/image-build.log"
   # (setsid gives it an autogroup of its own, which the kernel would give an equal share of the
   # CPU whatever the nice values inside: the group's own priority is lowered first.)
-  setsid nice -n 19 bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null || true; scripts/image.sh binary && scripts/image.sh crane' > "$IMAGE_BUILD_LOG" 2>&1 < /dev/null &
+  setsid nice -n 19 bash -c "echo 19 > /proc/self/autogroup 2>/dev/null || true; scripts/image.sh binary && scripts/image.sh crane; echo \$? > '$LANES_DIR/image-build.rc'" > "$IMAGE_BUILD_LOG" 2>&1 < /dev/null &
   IMAGE_BUILD=$!
-  BACKGROUND=("$CP_BUILD" "$IMAGE_BUILD")
+  echo "$IMAGE_BUILD" > "$LANES_DIR/image-build.pid"
+  BACKGROUND+=("$IMAGE_BUILD")
 fi
 
 # Every test runs on the release build, the one that ships: the model check and the benchmark
@@ -117,32 +176,115 @@ fi
 TARGETS=(--lib --bins --test suite --test model)
 [ "$MODE" = quick ] || TARGETS+=(--benches)
 stage "build: the release test binaries (cargo test --no-run ${TARGETS[*]})"
-cargo test --locked --release --no-run "${TARGETS[@]}"
+# The lanes below run the model's and the suite's executables themselves, not through cargo: a
+# cargo call waits for the target directory's lock, which the previous release's build holds for
+# minutes on a fresh machine.
+cargo test --locked --release --no-run "${TARGETS[@]}" --message-format=json-render-diagnostics > "$LANES_DIR/build.json"
+test_binary() {
+  jq -r --arg name "$1" 'select(.reason == "compiler-artifact" and .profile.test and .target.name == $name) | .executable' \
+    "$LANES_DIR/build.json" | tail -n 1
+}
+MODEL_BIN="$(test_binary model)"
+SUITE_BIN="$(test_binary suite)"
+[ -x "$MODEL_BIN" ] && [ -x "$SUITE_BIN" ] || { echo "test.sh: cargo reported no model or suite test executable (see $LANES_DIR/build.json)" >&2; exit 1; }
+export MODEL_BIN SUITE_BIN
 
+# From here on, lanes (see `lane` above). The control plane's tests come in two lanes: those on
+# the real node (containerd and a kubelet on this host: one node at a time, and
+# cp_node_down_leaves_nothing_behind compares the whole host before and after) and those with
+# the stand-in kubelet (each its own control plane on free loopback ports; nothing of theirs is
+# what that comparison reads). A test that starts the real node is named cp_docs_*, cp_node_* or
+# cp_real_node_* (tests/suite/lanes.rs holds every test to that).
+NODE_TESTS=(cp_docs_ cp_node_ cp_real_node_)
+# --quick's model checks: all but these (a minute or more each).
+MODEL_SLOW_SKIPS=(--skip fresh_follower_attestation_check_on --skip pause_needs_answer_time_deadline
+  --skip three_sidecars_random_walks --skip hazard_bounds_random_walks)
+SKIP_NODE_TESTS=(--skip cp_docs_ --skip cp_node_ --skip cp_real_node_)
+export LANES_DIR TIMES
+export TEST_THREADS="${TEST_THREADS:-2}"
+
+# The model check (tests/model.rs, docs/model.md), one check at a time (unoptimized it would be
+# about five times slower, so a debug build lists its checks as ignored), then the check scripts
+# that need nothing from the control-plane build. check-bench.sh is the benchmark's smoke
+# (every section's code once, no figures kept): the figures are scripts/bench.sh's.
+lane_checks() {
+  if [ "$MODE" = quick ]; then
+    # The model's searches that take seconds; those that take a minute or more each run in the
+    # full command.
+    lane_stage checks "cargo test --release --test model (quick checks)" \
+      "$MODEL_BIN" --test-threads=1 "${MODEL_SLOW_SKIPS[@]}"
+    return
+  fi
+  lane_stage checks "cargo test --release --test model (stateright model check: each hazard off and on; S1, S2, the release proof's invariant)" \
+    "$MODEL_BIN" --test-threads=1 || return
+  if [ "$MODE" = all ]; then
+    local check
+    for check in scripts/check-*.sh; do
+      case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
+      lane_stage checks "$check" bash "$check" || return
+    done
+  fi
+}
+# The control plane with the stand-in kubelet (tests/suite/control_plane.rs, control_plane_rollout.rs).
+lane_control_plane() {
+  lane_stage control-plane "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
+    wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
+  lane_stage control-plane "cargo test: the control plane with the stand-in kubelet (cp_*, not the real node's)" \
+    "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}"
+}
+# The real node (tests/suite/control_plane_node.rs, control_plane_docs.rs), after the image; then
+# check-packaging.sh (its helm comes from the control-plane build).
+lane_node() {
+  # A background image build still running at the lowest priority would hold this lane up while
+  # getting only the CPU that others leave: it is raised to normal priority first (its own
+  # autogroup and its processes), then waited for.
+  local pid
+  pid="$(cat "$LANES_DIR/image-build.pid")"
+  if [ ! -e "$LANES_DIR/image-build.rc" ]; then
+    echo 0 > "/proc/$pid/autogroup" 2>/dev/null || true
+    renice -n 0 -g "$pid" > /dev/null 2>&1 || true
+  fi
+  lane_stage node "waiting for the image's static binary and crane (background build; log $IMAGE_BUILD_LOG)" \
+    wait_for_build image-build \
+    || echo "-- the image's background build failed (log $IMAGE_BUILD_LOG); check-image.sh and the real-node tests build it again" >&2
+  lane_stage node "scripts/check-image.sh" bash scripts/check-image.sh || return
+  lane_stage node "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
+    wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
+  lane_stage node "cargo test: the real node (cp_docs_*, cp_node_*, cp_real_node_*; one node at a time)" \
+    "$SUITE_BIN" --test-threads=1 "${NODE_TESTS[@]}" || return
+  lane_stage node "scripts/check-packaging.sh" bash scripts/check-packaging.sh
+}
+CP_BUILD_FAILED="scripts/control-plane.sh build failed (its log is above). The control-plane tests need Go 1.26 and the Go module proxy (install Go from https://go.dev/dl/, or put it in /usr/local/go/bin) and, for a cold build, about 6.6 GB free for the Go caches (GOCACHE, GOMODCACHE) and 0.4 GB for the binaries; a 'no space left on device' in the log is the latter."
+export MODE CP_BUILD_LOG="${CP_BUILD_LOG:-}" IMAGE_BUILD_LOG="${IMAGE_BUILD_LOG:-}" CP_BUILD_FAILED
+
+lane checks lane_checks
+if [ "$MODE" = all ]; then
+  lane control-plane lane_control_plane
+  lane node lane_node
+fi
+
+# In the foreground: the previous release's binary, built from git once (cached in
+# target/previous-*) with this tree's dependencies, before the suite (its own cargo call takes
+# the target directory's lock: the lanes' cargo calls wait for it, they build nothing); then the
+# suite on Redis, and again on Valkey and on mixed trios.
 if [ "$MODE" = quick ]; then
   stage "cargo test --release: unit tests and the suite on Redis (no cp_*, no mixed_versions)"
-  cargo test --locked --release --lib --bins --test suite -- --test-threads="${TEST_THREADS:-2}" \
+  cargo test --locked --release --lib --bins --test suite -- --test-threads="$TEST_THREADS" \
     --skip cp_ --skip mixed_versions::previous_release_builds_from_git \
     --skip mixed_versions::old_and_new_sidecars_share_a_lease_through_handovers_and_crashes
-  # The model's searches that take seconds; the four that take a minute or more each (the
-  # attestation and pause on-checks, the random walks) run in the full command.
-  stage "cargo test --release --test model (quick checks)"
-  cargo test --locked --release --test model -- --test-threads=1 \
-    --skip fresh_follower_attestation_check_on --skip pause_needs_answer_time_deadline \
-    --skip three_sidecars_random_walks --skip hazard_bounds_random_walks
+  stage "waiting for the lanes: ${LANES[*]}"
+  wait_lanes
   stage_end
+  BACKGROUND=()
   echo "== the quick checks passed (--quick: the full command also runs the mixed-version, Valkey and control-plane tests, the whole model check and the check scripts)"
   exit 0
 fi
 
-# The previous release's binary, built from git once (cached in target/previous-*) with this
-# tree's dependencies, before the suite: its own cargo call takes the target directory's lock,
-# so it cannot build beside a running `cargo test`.
 stage "the previous release's binary (tests/suite/mixed_versions.rs; built from git once, cached in target/previous-*)"
 cargo test --locked --release --test suite -- --exact mixed_versions::previous_release_builds_from_git
 
 stage "cargo test --release (unit + integration; real redis-server processes, real binary, real signals)"
-cargo test --locked --release --lib --bins --test suite --benches -- --test-threads="${TEST_THREADS:-2}" --skip cp_
+cargo test --locked --release --lib --bins --test suite --benches -- --test-threads="$TEST_THREADS" --skip cp_
 
 # Valkey beside Redis (docs/operating/which-redis.md): the election, handover, crash, clock-jump
 # and fault-schedule tests again, on Valkey 8.1 nodes, then on mixed trios (Redis, Valkey,
@@ -153,64 +295,16 @@ VALKEY_SERVER="$(scripts/valkey.sh)"
 export VALKEY_SERVER
 for server in valkey mixed; do
   stage "cargo test --release on $server nodes (TEST_SERVER=$server): election, handover, crash, clock jumps, fault schedule"
-  TEST_SERVER=$server cargo test --locked --release --test suite -- --test-threads="${TEST_THREADS:-2}" \
+  TEST_SERVER=$server cargo test --locked --release --test suite -- --test-threads="$TEST_THREADS" \
     election:: fresh_handover:: safety_clock_jump:: fault_schedule::
 done
 
-# The model check (tests/model.rs, docs/model.md) runs on its own, one check at a time (a few
-# minutes; unoptimized it would be about five times slower, so a debug build lists its checks as
-# ignored).
-stage "cargo test --release --test model (stateright model check: each hazard off and on; S1, S2, the release proof's invariant)"
-cargo test --locked --release --test model -- --test-threads=1
-
-if [ "$MODE" = rust ]; then
-  stage_end
-  echo "== the Rust tests passed (--rust: no control-plane build, no image, no cp_* tests, no check scripts)"
-  exit 0
-fi
-
-# The check scripts that need nothing from the control-plane build run next, while a cold Go build
-# may still be going (on a fresh machine it is the longest step): the CPU-heavy release builds
-# here overlap it instead of waiting for it. check-packaging.sh runs the helm that build makes.
-# check-bench.sh is the benchmark's smoke (every section's code once, no figures kept): the
-# figures are scripts/bench.sh's. Those that do not need the image run first, while its
-# background build goes on at the lowest priority.
-shopt -s nullglob
-for check in scripts/check-*.sh; do
-  case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
-  stage "$check"
-  bash "$check"
-done
-
-# From here on the foreground needs the image's binary (check-image.sh, the real-node tests). A
-# background build still running at the lowest priority would hold the foreground up behind it
-# (cargo's lock on target/static) while getting only the CPU that others leave: it is raised to
-# normal priority first (its own autogroup and its processes), then waited for.
-stage "waiting for the image's static binary and crane (background build; log $IMAGE_BUILD_LOG)"
-if kill -0 "$IMAGE_BUILD" 2>/dev/null; then
-  echo 0 > "/proc/$IMAGE_BUILD/autogroup" 2>/dev/null || true
-  renice -n 0 -g "$IMAGE_BUILD" > /dev/null 2>&1 || true
-fi
-wait "$IMAGE_BUILD" || echo "-- the image's background build failed (log $IMAGE_BUILD_LOG); check-image.sh and the real-node tests build it again" >&2
-BACKGROUND=("$CP_BUILD")
-stage "scripts/check-image.sh"
-bash scripts/check-image.sh
-
-stage "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)"
-if ! wait "$CP_BUILD"; then
-  cat "$CP_BUILD_LOG" >&2
-  echo "test.sh: scripts/control-plane.sh build failed (its log is above). The control-plane tests" \
-    "need Go 1.26 and the Go module proxy (install Go from https://go.dev/dl/, or put it in" \
-    "/usr/local/go/bin) and, for a cold build, about 6.6 GB free for the Go caches (GOCACHE," \
-    "GOMODCACHE) and 0.4 GB for the binaries; a 'no space left on device' in the log is the latter." >&2
-  exit 1
-fi
-BACKGROUND=()
-echo "-- control-plane binaries: $(tail -n 1 "$CP_BUILD_LOG")"
-stage "cargo test: the real control plane (tests/suite/control_plane*.rs; one control plane at a time)"
-cargo test --locked --release --test suite -- --test-threads=1 cp_
-
-stage "scripts/check-packaging.sh"
-bash scripts/check-packaging.sh
+stage "waiting for the lanes: ${LANES[*]}"
+wait_lanes
 stage_end
-echo "== all tests passed"
+BACKGROUND=()
+if [ "$MODE" = rust ]; then
+  echo "== the Rust tests passed (--rust: no control-plane build, no image, no cp_* tests, no check scripts)"
+else
+  echo "== all tests passed"
+fi

@@ -10,7 +10,8 @@
 //! root, resolv.conf and busybox `wget`) to the Service's DNS name: the node's CoreDNS resolves
 //! it to the ClusterIP, and the node's kube-proxy routes that to the leader pod.
 //!
-//! Mapped, not run as written, because this machine has no kind cluster and no registry:
+//! Mapped, not run as written, because this machine has no kind cluster and reaches no registry
+//! (the README's push to a registry, `readme-push`, runs as written against a loopback one):
 //! - `kind load image-archive FILE` imports FILE into the node's containerd (what kind does);
 //! - the Redis endpoints of the values become the host's redis-servers, through the node's
 //!   forwarder (except in `manifests/example`, which runs its own Redis pods);
@@ -1007,7 +1008,8 @@ fn workflow_step(name: &str) -> Vec<String> {
 /// `helm push` of the chart. Then the node is given that registry for `ghcr.io` (containerd's
 /// hosts.toml), the imported sidecar image is removed, and the install page's post-release
 /// `helm install oci://…` runs with the README's values: the chart comes from the registry,
-/// every pod pulls the image, one leader is labelled and the leader Service routes to it.
+/// every pod pulls the image, one leader is labelled and the leader Service routes to it. The
+/// README's own push to a registry (`readme-push`) runs first, against the same registry.
 #[test]
 fn cp_docs_published_route_installs_the_released_chart_and_pulls_the_image() {
     let node = RealNode::up();
@@ -1023,6 +1025,41 @@ fn cp_docs_published_route_installs_the_released_chart_and_pulls_the_image() {
         "arm64"
     };
     let other = if arch == "amd64" { "arm64" } else { "amd64" };
+
+    // The README's push for clusters that pull from a registry (`readme-push`), as written, with
+    // REGISTRY the loopback registry, from the checkout's root where the README's build wrote
+    // the archive: the registry then holds that very image (its manifest's digest is the
+    // archive's).
+    let push = swap(
+        &documented("README.md", "readme-push"),
+        "REGISTRY/",
+        &format!("{local}/"),
+        "push to a registry",
+    );
+    for line in commands(&push) {
+        work.run_in(&node.cp, &line, &cluster::repo());
+    }
+    let pushed = push
+        .split_whitespace()
+        .find(|w| w.starts_with(&format!("{local}/")))
+        .expect("the README's push names the registry's image")
+        .to_string();
+    let index: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(cluster::repo().join("target/image/layout/index.json"))
+            .expect("the README's push unpacked the archive into target/image/layout"),
+    )
+    .unwrap();
+    let built = index["manifests"][0]["digest"].as_str().unwrap_or_default();
+    let got = Command::new(&registry.crane)
+        .args(["digest", &pushed])
+        .output()
+        .expect("run crane digest");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        built,
+        "the README's push: {pushed} is not the image the README built ({got:?})"
+    );
+    report("docs: readme-push", format!("{pushed} is {built}"));
 
     // The release: the workflow's steps, from a directory laid out like its checkout (the
     // scripts and the chart of this one, the image the real node built with the same

@@ -23,6 +23,7 @@ mod exec;
 mod fault_schedule;
 mod fresh_handover;
 mod kube_labels;
+mod lanes;
 mod lifecycle;
 mod managed_redis;
 mod mixed_versions;
