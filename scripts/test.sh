@@ -196,7 +196,8 @@ export MODEL_BIN SUITE_BIN
 # what that comparison reads). A test that starts the real node is named cp_docs_*, cp_node_* or
 # cp_real_node_* (tests/suite/lanes.rs holds every test to that).
 NODE_TESTS=(cp_docs_ cp_node_ cp_real_node_)
-# --quick's model checks: all but these (a minute or more each).
+# --quick's model checks: all but these (a minute or more each; the full command runs the pause
+# check and the three-sidecar walks, and the other two run outside CI: docs/model.md, "Outside CI").
 MODEL_SLOW_SKIPS=(--skip fresh_follower_attestation_check_on --skip pause_needs_answer_time_deadline
   --skip three_sidecars_random_walks --skip hazard_bounds_random_walks)
 SKIP_NODE_TESTS=(--skip cp_docs_ --skip cp_node_ --skip cp_real_node_)
@@ -209,8 +210,7 @@ export TEST_THREADS="${TEST_THREADS:-2}"
 # (every section's code once, no figures kept): the figures are scripts/bench.sh's.
 lane_checks() {
   if [ "$MODE" = quick ]; then
-    # The model's searches that take seconds; those that take a minute or more each run in the
-    # full command.
+    # The model's searches that take seconds (MODEL_SLOW_SKIPS above).
     lane_stage checks "cargo test --release --test model (quick checks)" \
       "$MODEL_BIN" --test-threads=1 "${MODEL_SLOW_SKIPS[@]}"
     return

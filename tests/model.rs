@@ -514,7 +514,6 @@ model_test! {
 /// When A resumes, an answer computed from the flag set at decision time says "leader" until
 /// the elector's timer catches up; `Leadership::at(now)` says no from the first answer.
 #[test]
-#[ignore = "outside CI (the model step's 5 minutes): off 2.17 M and on 7.16 M unique states, 82 s idle (2026-11-27), 774 s at load 19; docs/model.md, 'Outside CI'"]
 fn pause_needs_answer_time_deadline() {
     let f = faults(1, |f| f.pause = true);
     // Horizon 13: B's win at unit 11 is held back past unit 12 (its blind band, `hold`:
@@ -1140,7 +1139,6 @@ fn three_sidecars_walked(defences: Defences) -> System {
 /// reconnect taint off (the walks do reach that hazard). Not exhaustive: a pass says no walk
 /// met a violation, not that none exists within the bound.
 #[test]
-#[ignore = "outside CI (the model step's 5 minutes): 2 x 10 M walked states, 22 s idle (2026-11-27); docs/model.md, 'Outside CI'"]
 fn three_sidecars_random_walks() {
     let states = env_num("MODEL_WALK_STATES", 10_000_000);
     let off = three_sidecars_walked(all_but(|d| d.reconnect_taint = false));
