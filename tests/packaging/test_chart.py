@@ -421,6 +421,7 @@ BAD_VALUES = [
     {"config": {"lease": {"preferSettle": "5"}}},
     {"config": {"redis": {"endpoints": ["http://x:6379"]}}},
     {"config": {"log": {"format": "xml"}}},
+    {"config": {"log": {"level": ""}}},
     {"sidecar": {"opsPort": 70000}},
     {"sidecar": {"readinessPath": "/"}},
     {"redis": {"instances": 0}},
