@@ -98,6 +98,11 @@ def main() -> int:
             redis.append(obj)
             continue
         kind = obj["kind"]
+        if kind == "RoleBinding":
+            # As in the Component: no namespace on the subject, so RBAC takes the binding's own
+            # and the base works in whatever namespace the overlay (or `kubectl apply -n`) sets.
+            for subject in obj["subjects"]:
+                subject.pop("namespace", None)
         if kind not in BASE_FILES:
             raise SystemExit(f"gen-manifests: no file for {kind} {obj['metadata']['name']}")
         base.setdefault(BASE_FILES[kind], []).append(obj)

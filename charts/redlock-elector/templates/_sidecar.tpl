@@ -7,7 +7,7 @@ The sidecar, as pieces of a pod spec. Public API for parent charts (see docs/ope
   redlock-elector.sidecar.env         its env list (downward API, password secretKeyRef)
   redlock-elector.sidecar.volumes     the pod volumes it needs (list items)
   redlock-elector.podLabels           labels the pod template must carry (lease label)
-  redlock-elector.podAnnotations      checksum/config, to roll pods when the config changes
+  redlock-elector.podAnnotations      the config checksum (pods roll when the config changes) and the handover marker
   redlock-elector.serviceAccountName  the ServiceAccount the pod must run as
 
 Each takes (dict "root" $ "values" <values>).
