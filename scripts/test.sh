@@ -189,7 +189,11 @@ SUITE_BIN="$(test_binary suite)"
 [ -x "$MODEL_BIN" ] && [ -x "$SUITE_BIN" ] || { echo "test.sh: cargo reported no model or suite test executable (see $LANES_DIR/build.json)" >&2; exit 1; }
 export MODEL_BIN SUITE_BIN
 
-# From here on, lanes (see `lane` above). The control plane's tests come in two lanes: those on
+# From here on, lanes (see `lane` above). The control-plane tests start once the foreground's
+# suites are done: their rollouts and handovers run against real controllers and a real kubelet,
+# and a suite of sidecars and redis-servers beside them loads the 2 cores enough to move a
+# rollout's leadership twice (seen at a load average of 30, 2026-11-29). The image's build and
+# check, the model and the check scripts do overlap the suites. The control plane's tests come in two lanes: those on
 # the real node (containerd and a kubelet on this host: one node at a time, and
 # cp_node_down_leaves_nothing_behind compares the whole host before and after) and those with
 # the stand-in kubelet (each its own control plane on free loopback ports; nothing of theirs is
@@ -229,6 +233,7 @@ lane_checks() {
 lane_control_plane() {
   lane_stage control-plane "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
     wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
+  lane_stage control-plane "waiting for the foreground's suites (see below)" wait_for_build foreground || return
   lane_stage control-plane "cargo test: the control plane with the stand-in kubelet (cp_*, not the real node's)" \
     "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}"
 }
@@ -250,6 +255,7 @@ lane_node() {
   lane_stage node "scripts/check-image.sh" bash scripts/check-image.sh || return
   lane_stage node "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
     wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
+  lane_stage node "waiting for the foreground's suites (see below)" wait_for_build foreground || return
   lane_stage node "cargo test: the real node (cp_docs_*, cp_node_*, cp_real_node_*; one node at a time)" \
     "$SUITE_BIN" --test-threads=1 "${NODE_TESTS[@]}" || return
   lane_stage node "scripts/check-packaging.sh" bash scripts/check-packaging.sh
@@ -299,6 +305,7 @@ for server in valkey mixed; do
     election:: fresh_handover:: safety_clock_jump:: fault_schedule::
 done
 
+echo 0 > "$LANES_DIR/foreground.rc"
 stage "waiting for the lanes: ${LANES[*]}"
 wait_lanes
 stage_end
