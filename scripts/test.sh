@@ -189,16 +189,17 @@ SUITE_BIN="$(test_binary suite)"
 [ -x "$MODEL_BIN" ] && [ -x "$SUITE_BIN" ] || { echo "test.sh: cargo reported no model or suite test executable (see $LANES_DIR/build.json)" >&2; exit 1; }
 export MODEL_BIN SUITE_BIN
 
-# From here on, lanes (see `lane` above). The control-plane tests start once the foreground's
-# suites are done: their rollouts and handovers run against real controllers and a real kubelet,
-# and a suite of sidecars and redis-servers beside them loads the 2 cores enough to move a
-# rollout's leadership twice (seen at a load average of 30, 2026-11-29). The image's build and
-# check, the model and the check scripts do overlap the suites. The control plane's tests come in two lanes: those on
-# the real node (containerd and a kubelet on this host: one node at a time, and
-# cp_node_down_leaves_nothing_behind compares the whole host before and after) and those with
-# the stand-in kubelet (each its own control plane on free loopback ports; nothing of theirs is
-# what that comparison reads). A test that starts the real node is named cp_docs_*, cp_node_* or
-# cp_real_node_* (tests/suite/lanes.rs holds every test to that).
+# From here on, lanes (see `lane` above), in two phases. Beside the foreground's suites (the
+# previous release, the suite on Redis, Valkey and mixed trios) only the model check runs: one
+# busy core. Once they are done, two lanes run side by side: the control plane with the stand-in
+# kubelet and then the check scripts, and the real node (after the image). The control-plane
+# tests wait for the suites because their rollouts against real controllers, beside a suite of
+# sidecars and redis-servers and every check script, moved a rollout's leadership twice (at a
+# load average of 30, 2026-11-29). The real-node tests get a lane of their own (containerd and a
+# kubelet on this host: one node at a time, and cp_node_down_leaves_nothing_behind compares the
+# whole host before and after); the stand-in ones each run their own control plane on free
+# loopback ports, none of which that comparison reads. A test that starts the real node is named
+# cp_docs_*, cp_node_* or cp_real_node_* (tests/suite/lanes.rs holds every test to that).
 NODE_TESTS=(cp_docs_ cp_node_ cp_real_node_)
 # --quick's model checks: all but these (a minute or more each; the full command runs the pause
 # check and the three-sidecar walks, and the other two run outside CI: docs/model.md, "Outside CI").
@@ -209,9 +210,8 @@ export LANES_DIR TIMES
 export TEST_THREADS="${TEST_THREADS:-2}"
 
 # The model check (tests/model.rs, docs/model.md), one check at a time (unoptimized it would be
-# about five times slower, so a debug build lists its checks as ignored), then the check scripts
-# that need nothing from the control-plane build. check-bench.sh is the benchmark's smoke
-# (every section's code once, no figures kept): the figures are scripts/bench.sh's.
+# about five times slower, so a debug build lists its checks as ignored): one busy core beside the
+# suites, which hold to three (issue 52).
 lane_checks() {
   if [ "$MODE" = quick ]; then
     # The model's searches that take seconds (MODEL_SLOW_SKIPS above).
@@ -220,29 +220,31 @@ lane_checks() {
     return
   fi
   lane_stage checks "cargo test --release --test model (stateright model check: each hazard off and on; S1, S2, the release proof's invariant)" \
-    "$MODEL_BIN" --test-threads=1 || return
-  if [ "$MODE" = all ]; then
-    local check
-    for check in scripts/check-*.sh; do
-      case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
-      lane_stage checks "$check" bash "$check" || return
-    done
-  fi
+    "$MODEL_BIN" --test-threads=1
 }
-# The control plane with the stand-in kubelet (tests/suite/control_plane.rs, control_plane_rollout.rs).
+# The control plane with the stand-in kubelet (tests/suite/control_plane.rs,
+# control_plane_rollout.rs), then the check scripts that need nothing from the control-plane
+# build: check-bench.sh is the benchmark's smoke (every section's code once, no figures kept; the
+# figures are scripts/bench.sh's), check-observability.sh a real Prometheus.
 lane_control_plane() {
   lane_stage control-plane "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
     wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
   lane_stage control-plane "waiting for the foreground's suites (see below)" wait_for_build foreground || return
   lane_stage control-plane "cargo test: the control plane with the stand-in kubelet (cp_*, not the real node's)" \
-    "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}"
+    "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}" || return
+  local check
+  for check in scripts/check-*.sh; do
+    case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
+    lane_stage control-plane "$check" bash "$check" || return
+  done
 }
 # The real node (tests/suite/control_plane_node.rs, control_plane_docs.rs), after the image; then
 # check-packaging.sh (its helm comes from the control-plane build).
 lane_node() {
-  # A background image build still running at the lowest priority would hold this lane up while
-  # getting only the CPU that others leave: it is raised to normal priority first (its own
-  # autogroup and its processes), then waited for.
+  lane_stage node "waiting for the foreground's suites (see below)" wait_for_build foreground || return
+  # The image's build runs at the lowest priority until the suites are done (it would take a
+  # core from them); from here on it is what this lane waits for: raised to normal priority
+  # (its own autogroup and its processes), then waited for.
   local pid
   pid="$(cat "$LANES_DIR/image-build.pid")"
   if [ ! -e "$LANES_DIR/image-build.rc" ]; then
@@ -255,7 +257,6 @@ lane_node() {
   lane_stage node "scripts/check-image.sh" bash scripts/check-image.sh || return
   lane_stage node "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
     wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
-  lane_stage node "waiting for the foreground's suites (see below)" wait_for_build foreground || return
   lane_stage node "cargo test: the real node (cp_docs_*, cp_node_*, cp_real_node_*; one node at a time)" \
     "$SUITE_BIN" --test-threads=1 "${NODE_TESTS[@]}" || return
   lane_stage node "scripts/check-packaging.sh" bash scripts/check-packaging.sh
