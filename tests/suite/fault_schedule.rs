@@ -29,7 +29,8 @@
 //! reached ≥ 3 running nodes out of restart and clock-jump quarantine, without a blackhole or
 //! latency above the timeout) and not in the ttl + retry after such an outage.
 //!
-//! - CI: `cargo test --test fault_schedule` (60 s, seed 1; `FAULT_SEED`, `FAULT_SECONDS` override).
+//! - CI: `cargo test --test fault_schedule` (60 s, seed 1; `FAULT_SEED`, `FAULT_SECONDS` override;
+//!   `FAULT_SIDECAR_FLAGS` adds sidecar flags, e.g. a defence's `--unsafe-disable-...`).
 //! - Soak: `FAULT_SECONDS=1000 FAULT_SEED=$RANDOM cargo test --locked --release --test suite -- --ignored --nocapture fault_schedule::soak`
 //!   (about 1.2 faults a second; `docs/concepts/verification.md` keeps the recorded soaks).
 
@@ -64,16 +65,19 @@ const MAX_DRIFT_PPM: i64 = 9_000;
 
 fn opts(shards: usize) -> Opts {
     let sharded = shards > 0;
+    // Test-only: extra sidecar flags (e.g. a defence's `--unsafe-disable-...`), to see what
+    // the schedule finds without it.
+    let flags = std::env::var("FAULT_SIDECAR_FLAGS").unwrap_or_default();
+    let mut extra: Vec<String> = flags.split_whitespace().map(String::from).collect();
+    if sharded {
+        extra.extend(["--shards".into(), shards.to_string()]);
+    }
     Opts {
         ttl: "1s",
         retry_every: "200ms",
         timeout: "50ms",
         lease: if sharded { "jobs" } else { "test" }.into(),
-        extra: if sharded {
-            vec!["--shards".into(), shards.to_string()]
-        } else {
-            vec![]
-        },
+        extra,
         ..Opts::default()
     }
 }
@@ -823,7 +827,10 @@ fn availability(usable: &[(Duration, bool)], led: &[bool], end: Duration) -> (u6
 fn run(default_seconds: u64, shards: usize) {
     let seed = env_u64("FAULT_SEED", 1);
     let seconds = env_u64("FAULT_SECONDS", default_seconds);
-    eprintln!("fault schedule: FAULT_SEED={seed} FAULT_SECONDS={seconds}");
+    eprintln!(
+        "fault schedule: FAULT_SEED={seed} FAULT_SECONDS={seconds} FAULT_SIDECAR_FLAGS={:?}",
+        std::env::var("FAULT_SIDECAR_FLAGS").unwrap_or_default()
+    );
     let nodes: Vec<Redis> = (0..NODES).map(|_| Redis::start_shiftable()).collect();
     std::thread::sleep(TTL + Duration::from_millis(1100));
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
