@@ -17,7 +17,10 @@
 //! to 0.9 × driftFactor) for 2–40 s, and step a majority's clocks by 0.5–3 s (backward
 //! two times in three) just before or just after the leader's SIGTERM, stepping them back
 //! 20–600 ms later (the review's finding 1: before, half the time with a follower restarted
-//! after the step; half the time the leader after the undo is then cut off from those nodes).
+//! after the step; half the time the leader after the undo is then cut off from those nodes;
+//! and a variant aimed at ttl 1 s: a third sidecar paused from before the step until the undo,
+//! a follower restarted after the step, the undo 20–150 ms after the SIGTERM, then the new
+//! leader cut off).
 //! Faults overlap; at most three nodes and two sidecars are impaired at
 //! once, so majority outages happen but do not dominate. Sidecar faults are aimed at the
 //! current leader 60% of the time, so terms change often. The seed fixes the sequence of fault
@@ -178,6 +181,10 @@ struct HandoverStep {
     undo_after: Duration,
     /// Partition the leader in office at the undo from `nodes` for this long.
     partition_for: Option<Duration>,
+    /// A sidecar SIGSTOPped from before the step until the undo, so its watch bridges both
+    /// steps unseen (the review's long-running follower B, whose readings at ttl 1 s would
+    /// otherwise fall between them).
+    blind: Option<usize>,
 }
 
 struct World {
@@ -399,6 +406,13 @@ impl World {
             }
             Heal::HandoverUndo(h) => {
                 self.handover_step(&h.nodes, -h.delta_ms);
+                if let Some(b) = h.blind
+                    && self.sidecar[b] == Proc::Paused
+                {
+                    self.sidecars[b].as_ref().unwrap().signal("CONT");
+                    self.sidecar[b] = Proc::Up;
+                    self.note(format!("handover: sidecar {b} SIGCONT after the undo"));
+                }
                 if let Some(d) = h.partition_for
                     && let Some(l) = self.leader()
                 {
@@ -482,7 +496,7 @@ impl World {
 
     /// Inject one random fault, if the chosen one is possible now.
     fn inject(&mut self) {
-        let kind = self.rng.random_range(0..19u32);
+        let kind = self.rng.random_range(0..20u32);
         let mut s = self.rng.random_range(0..SIDECARS);
         // Aim sidecar faults at the leader more often than chance, so that terms change.
         if self.rng.random_bool(0.6)
@@ -737,6 +751,7 @@ impl World {
                     delta_ms,
                     undo_after,
                     partition_for,
+                    blind: None,
                 };
                 if kind == 17 {
                     self.handover_step(&nodes, delta_ms);
@@ -763,6 +778,53 @@ impl World {
                     let lag = self.secs(0.0, 0.3);
                     self.schedule(lag, Heal::HandoverStep(h));
                 }
+            }
+            19 => {
+                // Finding 1 at ttl 1 s: follower B paused across both steps (its watch bridges
+                // them unseen), a majority stepped back 1–3 s (forward one time in three),
+                // follower A restarted right after (its watch begins after the step), the
+                // leader's SIGTERM 0.15–0.35 s later, the undo 20–150 ms after it, then
+                // the leader in office cut off from the stepped nodes for 1–3 s.
+                if sidecars_impaired > 0 {
+                    return;
+                }
+                let Some(l) = self.leader() else {
+                    return;
+                };
+                let (a, b) = ((l + 1) % SIDECARS, (l + 2) % SIDECARS);
+                let (a, b) = if self.rng.random_bool(0.5) {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                let nodes = self.pick_nodes(QUORUM);
+                let size = self.rng.random_range(1_000..3_000i64);
+                let delta_ms = if self.rng.random_bool(0.67) {
+                    -size
+                } else {
+                    size
+                };
+                let h = HandoverStep {
+                    nodes: nodes.clone(),
+                    delta_ms,
+                    undo_after: Duration::from_millis(self.rng.random_range(20..150)),
+                    partition_for: Some(self.secs(1.0, 3.0)),
+                    blind: Some(b),
+                };
+                self.sidecars[b].as_ref().unwrap().signal("STOP");
+                self.sidecar[b] = Proc::Paused;
+                self.count("handover: follower paused across the step and its undo");
+                self.note(format!("handover: sidecar {b} SIGSTOP until the undo"));
+                self.handover_step(&nodes, delta_ms);
+                self.checker.down(a);
+                let mut victim = self.sidecars[a].take().unwrap();
+                self.jumps_of_killed += jumps_detected(&victim);
+                victim.kill();
+                self.start_sidecar(a);
+                self.count("handover: follower restarted after the step");
+                self.note(format!("handover: sidecar {a} restarted after the step"));
+                let lag = self.secs(0.15, 0.35);
+                self.schedule(lag, Heal::HandoverTerm(h));
             }
             _ => return,
         }
