@@ -124,6 +124,20 @@ pub struct UnsafeSwitches {
     /// long again before it first acts on the deadline (starved throughout).
     #[arg(long = "unsafe-test-guard-spawn-delay", value_name = "MS", hide = true)]
     pub guard_spawn_delay_ms: Option<u64>,
+    /// `--unsafe-disable-endpoint-fence`: the EndpointSlice writer skips every fence: the
+    /// term's deadline at the moment of the write, the slice's token, and the
+    /// `resourceVersion` precondition, so a write decided before a pause lands after it.
+    #[arg(long = "unsafe-disable-endpoint-fence", hide = true)]
+    pub endpoint_fence_off: bool,
+    /// `--unsafe-test-endpoint-write-delay MS`: the EndpointSlice writer waits this long
+    /// between deciding a write and sending it (a writer preempted mid-write), so a test can
+    /// pause it with a write in flight.
+    #[arg(
+        long = "unsafe-test-endpoint-write-delay",
+        value_name = "MS",
+        hide = true
+    )]
+    pub endpoint_write_delay_ms: Option<u64>,
 }
 
 impl UnsafeSwitches {
@@ -165,6 +179,12 @@ impl UnsafeSwitches {
         }
         if self.guard_spawn_delay_ms.is_some() {
             w.push("--unsafe-test-guard-spawn-delay: run's guard starts the command late, to test a start past the deadline (tests only)");
+        }
+        if self.endpoint_fence_off {
+            w.push("--unsafe-disable-endpoint-fence: the EndpointSlice is written without the term's fence; a paused old leader can point the Service back at itself (tests only)");
+        }
+        if self.endpoint_write_delay_ms.is_some() {
+            w.push("--unsafe-test-endpoint-write-delay: EndpointSlice writes are sent late, to test a write in flight across a pause (tests only)");
         }
         if self.clock_check_off {
             w.push("--unsafe-disable-clock-check: Redis clock jumps go undetected; mutual exclusion is NOT guaranteed (tests only)");
@@ -253,6 +273,10 @@ fn layered(file: Settings, matches: &clap::ArgMatches) -> Result<Settings, clap:
     };
     if matches.value_source("endpoints") == Some(ValueSource::EnvVariable) {
         settings.redis.endpoints = settings.redis.endpoints.map(split);
+    }
+    if matches.value_source("kubernetes.endpointSlice.ports") == Some(ValueSource::EnvVariable) {
+        settings.kubernetes.endpoint_slice.ports =
+            settings.kubernetes.endpoint_slice.ports.map(split);
     }
     // The same for the lease names (a name holds no comma).
     if matches.value_source("names") == Some(ValueSource::EnvVariable) {

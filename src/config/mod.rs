@@ -360,6 +360,43 @@ pub struct KubernetesConfig {
     pub fencing_token_annotation: bool,
     /// Whether `KUBERNETES_SERVICE_HOST` was set (for `auto`).
     pub in_cluster: bool,
+    /// Own pod IP (`kubernetes.podIP`, else `$POD_IP`), if known.
+    pub pod_ip: Option<std::net::Ipv4Addr>,
+    /// The leader Service's EndpointSlice this sidecar writes; `None` = off (the label route).
+    pub endpoint_slice: Option<EndpointSliceConfig>,
+}
+
+/// `kubernetes.endpointSlice.*`, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointSliceConfig {
+    /// The slice's name; also its Service's, when the sidecar must re-create it.
+    pub name: String,
+    /// The lease whose leader the slice lists (one of `lease.names`).
+    pub lease: String,
+    /// The ports the slice lists.
+    pub ports: Vec<SlicePort>,
+}
+
+/// One port of the slice: `[NAME:]PORT[/PROTOCOL]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlicePort {
+    /// The Service port's name (kube-proxy pairs the slice's port with it by name); may be
+    /// empty for a Service with one unnamed port.
+    pub name: String,
+    /// The app's port number on the pod.
+    pub port: u16,
+    /// TCP, UDP or SCTP.
+    pub protocol: String,
+}
+
+impl SlicePort {
+    /// As written in the config.
+    pub fn as_text(&self) -> String {
+        match self.name.as_str() {
+            "" => format!("{}/{}", self.port, self.protocol),
+            n => format!("{n}:{}/{}", self.port, self.protocol),
+        }
+    }
 }
 
 impl KubernetesConfig {

@@ -209,7 +209,7 @@ mod tests {
     #[test]
     fn every_setting_has_a_key_a_flag_an_env_var_and_help() {
         let all = reference().expect("serde fields and clap args in step");
-        assert_eq!(all.len(), 44, "{all:#?}");
+        assert_eq!(all.len(), 48, "{all:#?}");
         let ttl = all
             .iter()
             .find(|s| s.key == "lease.ttl")

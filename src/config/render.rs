@@ -178,13 +178,37 @@ impl Serialize for Label<'_> {
 
 impl Serialize for KubernetesConfig {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_struct("KubernetesConfig", 6)?;
+        let mut m = s.serialize_struct("KubernetesConfig", 8)?;
         m.serialize_field("enabled", self.enabled.as_str())?;
         m.serialize_field("podName", self.pod_name.as_deref().unwrap_or(""))?;
         m.serialize_field("namespace", self.namespace.as_deref().unwrap_or(""))?;
         m.serialize_field("label", &Label(self))?;
         m.serialize_field("events", &self.events)?;
         m.serialize_field("fencingTokenAnnotation", &self.fencing_token_annotation)?;
+        let ip = self.pod_ip.map_or(String::new(), |ip| ip.to_string());
+        m.serialize_field("podIP", &ip)?;
+        m.serialize_field("endpointSlice", &Slice(self.endpoint_slice.as_ref()))?;
+        m.end()
+    }
+}
+
+/// `kubernetes.endpointSlice`; off shows as an empty name.
+struct Slice<'a>(Option<&'a crate::config::EndpointSliceConfig>);
+
+impl Serialize for Slice<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("EndpointSlice", 3)?;
+        let (name, lease, ports) = match self.0 {
+            Some(c) => (
+                c.name.as_str(),
+                c.lease.as_str(),
+                c.ports.iter().map(|p| p.as_text()).collect(),
+            ),
+            None => ("", "", Vec::new()),
+        };
+        m.serialize_field("name", name)?;
+        m.serialize_field("lease", lease)?;
+        m.serialize_field("ports", &ports)?;
         m.end()
     }
 }

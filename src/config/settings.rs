@@ -385,6 +385,53 @@ pub struct KubernetesSettings {
     #[arg(long, env = "REDLOCK_ELECTOR_KUBERNETES_FENCING_TOKEN_ANNOTATION", value_name = "BOOL",
         help = with_default("Annotate the leader pod with redlock-elector/fencing-token", default::FENCING_TOKEN_ANNOTATION))]
     pub fencing_token_annotation: Option<Text>,
+    /// `kubernetes.podIP`.
+    #[serde(rename = "podIP")]
+    #[arg(
+        id = "kubernetes.podIP",
+        long = "pod-ip",
+        env = "REDLOCK_ELECTOR_KUBERNETES_POD_IP",
+        value_name = "ADDR",
+        help = "Own pod IP (IPv4), the address kubernetes.endpointSlice lists while leader [default: $POD_IP]"
+    )]
+    pub pod_ip: Option<Text>,
+    /// `kubernetes.endpointSlice.*`.
+    #[command(flatten)]
+    #[serde(default, deserialize_with = "section")]
+    pub endpoint_slice: EndpointSliceSettings,
+}
+
+/// `kubernetes.endpointSlice.*`: the leader Service's EndpointSlice, written by the sidecar.
+#[derive(Args, Deserialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EndpointSliceSettings {
+    /// `kubernetes.endpointSlice.name`.
+    #[arg(
+        id = "kubernetes.endpointSlice.name",
+        long = "endpoint-slice",
+        env = "REDLOCK_ELECTOR_KUBERNETES_ENDPOINT_SLICE_NAME",
+        value_name = "NAME",
+        help = "The leader Service's EndpointSlice (in the own namespace) that this sidecar writes: its pod IP and ports while leader, no endpoint after, every write fenced by the term's token (empty: off, the Service selects the role label)"
+    )]
+    pub name: Option<Text>,
+    /// `kubernetes.endpointSlice.lease`.
+    #[arg(
+        id = "kubernetes.endpointSlice.lease",
+        long = "endpoint-slice-lease",
+        env = "REDLOCK_ELECTOR_KUBERNETES_ENDPOINT_SLICE_LEASE",
+        value_name = "NAME",
+        help = "The lease whose leader the slice lists; required with several leases or shards [default: the only lease]"
+    )]
+    pub lease: Option<Text>,
+    /// `kubernetes.endpointSlice.ports`. The flag repeats, the env var is comma-separated.
+    #[arg(
+        id = "kubernetes.endpointSlice.ports",
+        long = "endpoint-slice-port",
+        env = "REDLOCK_ELECTOR_KUBERNETES_ENDPOINT_SLICE_PORTS",
+        value_name = "VALUE",
+        help = "The app's ports the slice lists, each [NAME:]PORT[/PROTOCOL] (protocol TCP, UDP or SCTP; default TCP), the name that of the Service's port; repeat for each (1..=100)"
+    )]
+    pub ports: Option<Vec<String>>,
 }
 
 /// `kubernetes.label.*`.

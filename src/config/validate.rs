@@ -48,7 +48,7 @@ pub fn validate(
     let redis = redis::validate(&s.redis, timing.ttl, env, &mut warnings)?;
     margin(&timing, redis.timeout)?;
     let (api_listen, ops_listen) = listen(s)?;
-    let kubernetes = kubernetes::validate(&s.kubernetes, env)?;
+    let kubernetes = kubernetes::validate(&s.kubernetes, env, &names)?;
     let order = kubernetes::preference(&s.lease, &kubernetes)?;
     let log = log(&s.log)?;
     let follow_app = bool_or("lease.followApp", &s.lease.follow_app, default::FOLLOW_APP)?;

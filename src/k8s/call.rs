@@ -11,8 +11,9 @@ use crate::metrics::Metrics;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every `verb` label of `redlock_elector_kube_requests_total`: pods get, watch, list and patch,
-/// events create (the calls of `standing.rs` and of `publish::k8s`'s `pods.rs` and `events.rs`).
-pub const VERBS: [&str; 5] = ["get", "watch", "list", "patch", "create"];
+/// events create (the calls of `standing.rs` and of `publish::k8s`'s `pods.rs` and `events.rs`),
+/// and the EndpointSlice's get, update and create (`publish::k8s`'s `endpoints.rs`).
+pub const VERBS: [&str; 6] = ["get", "watch", "list", "patch", "create", "update"];
 
 /// Every `result` label: `ok`, each [`CallError::metric_label`], and `cancelled` (see
 /// `Counted`). The publisher creates every verb × result series at 0 when it starts.

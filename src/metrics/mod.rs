@@ -41,6 +41,9 @@ pub struct EndpointLabels {
     pub command_error_kinds: Vec<&'static str>,
 }
 
+/// `kind` of `endpoint_slice_writes_total`.
+pub const SLICE_WRITES: [&str; 3] = ["list", "empty", "create"];
+
 /// `kind` of `redis_attestations_total`.
 pub const ATTESTATION_KINDS: [&str; 2] = ["given", "taken"];
 
@@ -116,6 +119,13 @@ pub struct Metrics {
     /// Terms this sidecar ended as leader, by `step_down_reason` (every end: graceful, lost,
     /// stalled; [`StepDownReason::label`]).
     step_downs: IntCounterVec,
+    /// Writes to the leader Service's EndpointSlice that landed, by kind: list (the own
+    /// address) | empty (the own address removed) | create (the slice re-created).
+    endpoint_slice_writes: IntCounterVec,
+    /// Writes to the EndpointSlice the server refused with 409 (written since it was read).
+    endpoint_slice_conflicts: IntCounter,
+    /// Writes to the EndpointSlice not sent because it carries a later term's token.
+    endpoint_slice_refusals: IntCounter,
     /// `lease.followApp`: 1 while this sidecar's app is healthy (always 1 when off).
     app_healthy: IntGauge,
     /// `lease.followApp`: other candidates whose app is healthy, as the records last read say.
@@ -178,6 +188,9 @@ impl Metrics {
             kube_requests: process!(kube_requests, b.counter_vec(Process, "redlock_elector_kube_requests_total", "Kubernetes API requests by verb and result", &["verb", "result"])),
             handovers: b.counter_vec(Lease, "redlock_elector_handovers_total", "Graceful handovers by the leader (its release notice names a successor), by reason", &["reason"])?,
             step_downs: b.counter_vec(Lease, "redlock_elector_step_downs_total", "Terms this sidecar ended as leader, by why: graceful (a handover) or not (renewal_failed, stalled)", &["step_down_reason"])?,
+            endpoint_slice_writes: b.counter_vec(Lease, "redlock_elector_endpoint_slice_writes_total", "Writes to the leader Service's EndpointSlice (kubernetes.endpointSlice) that landed, by kind: list (this leader's address), empty (its address removed after its term), create (the missing slice re-created)", &["kind"])?,
+            endpoint_slice_conflicts: b.counter("redlock_elector_endpoint_slice_conflicts_total", "Writes to the EndpointSlice the API server refused (409) because it changed since it was read; each is read again and decided again")?,
+            endpoint_slice_refusals: b.counter("redlock_elector_endpoint_slice_refusals_total", "Writes of this sidecar's address to the EndpointSlice not sent because the slice carries a later term's fencing token (a stale leader kept off the Service)")?,
             app_healthy: b.int_gauge("redlock_elector_app_healthy", "1 while this sidecar's app is healthy (lease.followApp: its app containers, or app.healthUrl); always 1 when leadership does not follow the app")?,
             healthy_candidates: b.int_gauge("redlock_elector_healthy_candidates", "Other candidates whose app is healthy, as the candidate records last read say (lease.followApp); a leader whose app is unhealthy hands over to one of them")?,
         };
@@ -205,6 +218,9 @@ impl Metrics {
         }
         for ok in [true, false] {
             m.renewals.with_label_values(&[renewal_label(ok)]);
+        }
+        for kind in SLICE_WRITES {
+            m.endpoint_slice_writes.with_label_values(&[kind]);
         }
         m.docs = match process {
             Some(p) => p.docs.clone(),
@@ -388,6 +404,21 @@ impl Metrics {
     /// A Kubernetes API request ended.
     pub fn kube_request(&self, verb: &str, result: &str) {
         self.kube_requests.with_label_values(&[verb, result]).inc();
+    }
+
+    /// A write to the EndpointSlice landed; `kind` is one of [`SLICE_WRITES`].
+    pub fn slice_written(&self, kind: &'static str) {
+        self.endpoint_slice_writes.with_label_values(&[kind]).inc();
+    }
+
+    /// A write to the EndpointSlice met a 409.
+    pub fn slice_conflict(&self) {
+        self.endpoint_slice_conflicts.inc();
+    }
+
+    /// A write to the EndpointSlice was refused by the fence.
+    pub fn slice_refused(&self) {
+        self.endpoint_slice_refusals.inc();
     }
 
     /// Prometheus text exposition of everything registered.

@@ -77,12 +77,15 @@ struct Lease {
     metrics: Metrics,
 }
 
-/// The kube publisher's task, and the token that tells it to finish.
+/// The kube publishers' tasks, and the token that tells them to finish.
 struct Publisher {
-    /// Cancelled after the release: label the pod follower and end.
+    /// Cancelled after the release: label the pod follower, take the own address off the
+    /// EndpointSlice, and end.
     finish: CancellationToken,
-    /// The publisher itself.
+    /// The label publisher.
     task: JoinHandle<()>,
+    /// The EndpointSlice writer (`kubernetes.endpointSlice`).
+    slice: Option<JoinHandle<()>>,
 }
 
 /// Run the sidecar until `shutdown` completes.
@@ -223,7 +226,30 @@ async fn run_with(
                 (any, Some(led))
             }
         };
-        start_publisher(&tasks, settings, &metrics, leadership, led)
+        let mut publisher = start_publisher(&tasks, settings.clone(), &metrics, leadership, led);
+        // The slice follows its own lease's term (validation made it one of the leases).
+        if let (Some(slice), Some(ip)) =
+            (&config.kubernetes.endpoint_slice, config.kubernetes.pod_ip)
+            && let Some(lease) = leases.iter().find(|l| l.name == slice.lease)
+        {
+            let fence = publish::k8s::endpoints::Fence {
+                on: !config.unsafe_switches.endpoint_fence_off,
+                write_delay: config
+                    .unsafe_switches
+                    .endpoint_write_delay_ms
+                    .map(Duration::from_millis),
+            };
+            let writer = publish::k8s::endpoints::SlicePublisher::new(
+                settings,
+                slice,
+                ip,
+                lease.metrics.clone(),
+                lease.handles.leadership.clone(),
+                fence,
+            );
+            publisher.slice = Some(tasks.spawn(writer.run(publisher.finish.clone())));
+        }
+        publisher
     });
     let answers: Vec<api::LeaseApi> = leases
         .iter()
@@ -342,7 +368,11 @@ fn start_publisher(
         publish::k8s::Publisher::new(settings, metrics.clone(), leadership, led)
             .run(finish.clone()),
     );
-    Publisher { finish, task }
+    Publisher {
+        finish,
+        task,
+        slice: None,
+    }
 }
 
 /// What the API and the ops server answer from.
@@ -404,12 +434,18 @@ async fn shut_down(
             task.abort();
         }
     }
-    if let Some(Publisher { finish, mut task }) = publisher {
+    if let Some(Publisher {
+        finish,
+        mut task,
+        slice,
+    }) = publisher
+    {
         // The whole shutdown stays within the budget, however slow the API server is.
         let left = budget
             .saturating_sub(started.elapsed())
             .saturating_sub(EXIT_SLACK)
             .min(KUBE_FINISH);
+        let until = Instant::now() + left;
         finish.cancel();
         if tokio::time::timeout(left, &mut task).await.is_err() {
             tracing::warn!(
@@ -417,6 +453,15 @@ async fn shut_down(
                 "pod label not confirmed as follower before exit (API server slow or unreachable)"
             );
             task.abort();
+        }
+        if let Some(mut slice) = slice
+            && tokio::time::timeout_at(until, &mut slice).await.is_err()
+        {
+            tracing::warn!(
+                waited_ms = left.as_millis() as u64,
+                "endpoint slice not confirmed without this pod before exit (API server slow or unreachable)"
+            );
+            slice.abort();
         }
     }
     tracing::info!(

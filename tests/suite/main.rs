@@ -13,6 +13,7 @@ mod batching;
 mod cli;
 mod clients;
 mod control_plane;
+mod control_plane_endpoints;
 mod control_plane_node;
 mod control_plane_rollout;
 mod dashboard_series;

@@ -88,6 +88,14 @@ kubernetes:
     follower: {{ $c.kubernetes.label.follower | quote }}
   events: {{ $c.kubernetes.events }}
   fencingTokenAnnotation: {{ $c.kubernetes.fencingTokenAnnotation }}
+  {{- if eq (include "redlock-elector.sidecarEndpoints" .) "true" }}
+  endpointSlice:
+    name: {{ include "redlock-elector.leaderServiceName" . | quote }}
+    ports:
+      {{- range (include "redlock-elector.slicePorts" . | fromYamlArray) }}
+      - {{ printf "%s%d/%s" (ternary "" (printf "%s:" .name) (eq .name "")) (int .port) .protocol | quote }}
+      {{- end }}
+  {{- end }}
 log:
   format: {{ $c.log.format }}
   level: {{ $c.log.level }}

@@ -5,7 +5,14 @@ RBAC for the sidecar: exactly what the binary uses, in its own namespace only
 - pods watch: follow its own pod between reads (without it, a read every 2 s);
 - pods list: find other pods of the lease still labelled leader;
 - pods patch: label its own pod, demote a stale leader;
-- events create (core/v1): one leadership Event per change (never aggregated, so no patch).
+- events create (core/v1): one leadership Event per change (never aggregated, so no patch);
+with leaderService.endpoints: sidecar, also
+- endpointslices get, update (discovery.k8s.io), on the leader Service's slice only
+  (resourceNames): read it, write the leader's address fenced by its resourceVersion;
+- endpointslices create, only with leaderService.recreateSlice: re-create the slice if someone
+  deleted it. create cannot be limited to one name, and an EndpointSlice labelled with any
+  Service's name adds endpoints to that Service, so it is off by default (the chart creates
+  the slice; a deleted one comes back with the next helm upgrade).
 tests/packaging/expected-rbac.yaml holds the same rules; the packaging tests compare them.
 Argument: the context dict.
 */}}
@@ -16,6 +23,17 @@ Argument: the context dict.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+{{- if eq (include "redlock-elector.sidecarEndpoints" .) "true" }}
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  resourceNames: [{{ include "redlock-elector.leaderServiceName" . | quote }}]
+  verbs: ["get", "update"]
+{{- if .values.leaderService.recreateSlice }}
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["create"]
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "redlock-elector.serviceAccount" -}}

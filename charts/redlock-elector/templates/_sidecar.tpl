@@ -22,6 +22,12 @@ Each takes (dict "root" $ "values" <values>).
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+{{- if eq (include "redlock-elector.sidecarEndpoints" .) "true" }}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
 {{- with .values.redisAuth }}
 {{- if and .existingSecret (not .mountAsFile) }}
 - name: REDLOCK_ELECTOR_REDIS_PASSWORD

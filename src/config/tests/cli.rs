@@ -47,6 +47,10 @@ fn flag_and_env_names() {
             "fencing-token-annotation",
             "KUBERNETES_FENCING_TOKEN_ANNOTATION",
         ),
+        ("pod-ip", "KUBERNETES_POD_IP"),
+        ("endpoint-slice", "KUBERNETES_ENDPOINT_SLICE_NAME"),
+        ("endpoint-slice-lease", "KUBERNETES_ENDPOINT_SLICE_LEASE"),
+        ("endpoint-slice-port", "KUBERNETES_ENDPOINT_SLICE_PORTS"),
         ("log-format", "LOG_FORMAT"),
         ("log-level", "LOG_LEVEL"),
         ("app-container", "APP_CONTAINERS"),
@@ -191,6 +195,8 @@ fn hidden_test_only_switches() {
         proof_continuity_off: false,
         run_start_delay_ms: None,
         guard_spawn_delay_ms: None,
+        endpoint_fence_off: false,
+        endpoint_write_delay_ms: None,
     };
     assert_eq!(c.unsafe_switches, want);
     let mut e = env();

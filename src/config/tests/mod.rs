@@ -314,6 +314,120 @@ fn fencing_token_annotation() {
 }
 
 #[test]
+fn endpoint_slice() {
+    let c = load_yaml(OK, &env()).unwrap();
+    assert_eq!(c.kubernetes.endpoint_slice, None, "off by default");
+    assert!(
+        effective_yaml(&c).contains("endpointSlice:\n    name: \"\"\n"),
+        "{}",
+        effective_yaml(&c)
+    );
+    let mut e = env();
+    e.vars.insert("POD_IP".into(), "10.1.2.3".into());
+    let yaml = format!(
+        "{OK}kubernetes: {{endpointSlice: {{name: app-leader, ports: [http:8080, dns:53/udp, '9090']}}}}"
+    );
+    let c = load_yaml(&yaml, &e).unwrap();
+    let slice = c.kubernetes.endpoint_slice.clone().unwrap();
+    assert_eq!(
+        (slice.name.as_str(), slice.lease.as_str()),
+        ("app-leader", "my-app")
+    );
+    let ports: Vec<String> = slice.ports.iter().map(SlicePort::as_text).collect();
+    assert_eq!(ports, ["http:8080/TCP", "dns:53/UDP", "9090/TCP"]);
+    assert_eq!(
+        c.kubernetes.pod_ip,
+        Some(std::net::Ipv4Addr::new(10, 1, 2, 3))
+    );
+    assert!(
+        effective_yaml(&c).contains("podIP: \"10.1.2.3\"")
+            && effective_yaml(&c).contains("- http:8080/TCP"),
+        "{}",
+        effective_yaml(&c)
+    );
+    // Flags: the name, the ports (repeated) and the IP.
+    let mut f = env();
+    f.files.insert("c.yaml".into(), OK.into());
+    let c = run_config(
+        &[
+            "-c",
+            "c.yaml",
+            "--endpoint-slice",
+            "s",
+            "--endpoint-slice-port",
+            "http:80",
+            "--endpoint-slice-port",
+            "metrics:9000",
+            "--pod-ip",
+            "10.0.0.9",
+        ],
+        &f,
+    );
+    assert_eq!(c.kubernetes.endpoint_slice.unwrap().ports.len(), 2);
+    // Each mistake names its field, with what to write.
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "{endpointSlice: {name: s, ports: [http:8080]}}",
+            "kubernetes.podIP",
+            "POD_IP",
+        ),
+        (
+            "{podIP: '::1', endpointSlice: {name: s, ports: [http:8080]}}",
+            "kubernetes.podIP",
+            "IPv4",
+        ),
+        (
+            "{podIP: 10.0.0.1, endpointSlice: {name: s}}",
+            "kubernetes.endpointSlice.ports",
+            "1..=100",
+        ),
+        (
+            "{podIP: 10.0.0.1, endpointSlice: {name: S_x, ports: [a:1]}}",
+            "kubernetes.endpointSlice.name",
+            "RFC 1123",
+        ),
+        (
+            "{podIP: 10.0.0.1, endpointSlice: {name: s, ports: [http:0]}}",
+            "kubernetes.endpointSlice.ports",
+            "1..=65535",
+        ),
+        (
+            "{podIP: 10.0.0.1, endpointSlice: {name: s, ports: [http:80/quic]}}",
+            "kubernetes.endpointSlice.ports",
+            "TCP, UDP or SCTP",
+        ),
+        (
+            "{podIP: 10.0.0.1, endpointSlice: {name: s, ports: [Http:80]}}",
+            "kubernetes.endpointSlice.ports",
+            "DNS label",
+        ),
+        (
+            "{podIP: 10.0.0.1, endpointSlice: {name: s, ports: [a:80, a:81]}}",
+            "kubernetes.endpointSlice.ports",
+            "twice",
+        ),
+        (
+            "{podIP: 10.0.0.1, endpointSlice: {name: s, lease: other, ports: [a:80]}}",
+            "kubernetes.endpointSlice.lease",
+            "my-app",
+        ),
+    ];
+    for (k, field, says) in cases {
+        let e = load_yaml(&format!("{OK}kubernetes: {k}"), &env()).unwrap_err();
+        assert_eq!(e.field, *field, "{k}: {e}");
+        assert!(e.to_string().contains(says), "{k}: {e}");
+    }
+    // Several leases: the lease must be named, and one of them.
+    let several = "lease: {names: [a, b]}\nredis: {endpoints: [redis://a:1]}\n\
+                   kubernetes: {podIP: 10.0.0.1, endpointSlice: {name: s, ports: [h:1]}}";
+    let e = load_yaml(several, &env()).unwrap_err();
+    assert_eq!(e.field, "kubernetes.endpointSlice.lease", "{e}");
+    let named = several.replace("name: s,", "name: s, lease: b,");
+    let c = load_yaml(&named, &env()).unwrap();
+    assert_eq!(c.kubernetes.endpoint_slice.unwrap().lease, "b");
+}
+
+#[test]
 fn unknown_keys_are_rejected() {
     let e = load_yaml(
         "lease: {name: a, tll: 1s}\nredis: {endpoints: [redis://a]}",

@@ -17,7 +17,8 @@
 //!
 //! The rooms: [`converge`] (the loop that drives the label to the wanted role), [`patch`] (pure
 //! merge-patch builders), `pods` (the pod calls, demote before promote), `events` (the Event
-//! queue and its sender). The client, its settings and the counted API call are
+//! queue and its sender); with `kubernetes.endpointSlice`, [`endpoints`] (the loop that writes
+//! the leader Service's EndpointSlice, on its own task) and [`slice`] (its fence, pure). The client, its settings and the counted API call are
 //! [`crate::k8s`]'s, shared with the pod reader there (an input of the elector, not part of this
 //! publisher).
 //!
@@ -32,9 +33,11 @@ use crate::backoff::Backoff;
 use crate::leadership::Leadership;
 
 pub mod converge;
+pub mod endpoints;
 mod events;
 pub mod patch;
 mod pods;
+pub mod slice;
 
 pub use crate::k8s::{CallError, Settings, call};
 pub use converge::Publisher;

@@ -132,6 +132,8 @@ pub async fn prepare(ctx: &Apiserver, pod: &Pod, bind: &str, pod_dir: &Path) -> 
             (None, Some(from)) => match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
                 Some("metadata.name") => name.clone(),
                 Some("metadata.namespace") => ctx.ns.clone(),
+                // The stand-in's pod IP for this bind address (see kubelet.rs).
+                Some("status.podIP") => bind.replacen("127.", "10.", 1),
                 other => panic!(
                     "the stand-in kubelet cannot resolve env {} ({other:?})",
                     e.name

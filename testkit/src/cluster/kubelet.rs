@@ -5,7 +5,7 @@
 //! - gives it an IP, `10.244.B.C`, and runs the pod's sidecar container as the real binary,
 //!   listening on `127.244.B.C` (the real server rejects loopback addresses in EndpointSlices,
 //!   so status.podIP cannot be the loopback address itself; `B.C` maps one to the other);
-//! - runs it with the container's rendered args and env (`POD_NAME`/`POD_NAMESPACE` from the
+//! - runs it with the container's rendered args and env (`POD_NAME`/`POD_NAMESPACE`/`POD_IP` from the
 //!   downward API), the ConfigMap volume's files, and a kubeconfig holding a token from the
 //!   TokenRequest API for the pod's ServiceAccount, bound to the pod, as kubelet mounts one;
 //! - patches status Running, and Ready once the container's readiness probe path answers 200

@@ -1,0 +1,364 @@
+//! The leader Service's EndpointSlice written by the sidecar (`leaderService.endpoints:
+//! sidecar`), on the real control plane (see tests/suite/control_plane.rs for the set-up).
+//!
+//! - Fenced writes: the leader's sidecar is paused (SIGSTOP) with a write of its address in
+//!   flight (held by the test-only `--unsafe-test-endpoint-write-delay`), past its term; another
+//!   leads and writes; the paused one resumes. The slice, read every few ms throughout, never
+//!   lists the paused pod again. With `--unsafe-disable-endpoint-fence` the same run shows the
+//!   hazard: the resumed write lands and the Service points back at the stale leader.
+//! - RBAC: with `get` or `update` taken from the Role's endpointslices rule, the new leader's
+//!   sidecar names the verb (log and metric), the election goes on, and the slice converges
+//!   once the verb is back.
+
+use testkit::cluster;
+use testkit::common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cluster::ControlPlane;
+use cluster::release::*;
+use common::*;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+
+/// The write delay the pause tests hold a write in flight with: long enough for the test to see
+/// the new term on `/leader` and stop the sidecar before the write goes out.
+const WRITE_DELAY_MS: u64 = 1500;
+
+/// The addresses the slice lists, after each poll.
+type SliceLog = Arc<Mutex<Vec<(Instant, Vec<String>)>>>;
+
+/// Reads the slice every few ms on the control plane's runtime until dropped.
+struct SlicePoller {
+    log: SliceLog,
+    stop: Arc<AtomicBool>,
+}
+
+impl SlicePoller {
+    fn start(cp: &ControlPlane, ns: &str, name: &str) -> SlicePoller {
+        let log: SliceLog = Default::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let api: Api<EndpointSlice> = Api::namespaced(cp.client.clone(), ns);
+        let (l, s, name) = (log.clone(), stop.clone(), name.to_string());
+        cp.rt.spawn(async move {
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(slice) = api.get(&name).await {
+                    l.lock().unwrap().push((Instant::now(), addresses(&slice)));
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        });
+        SlicePoller { log, stop }
+    }
+
+    fn since(&self, t: Instant) -> Vec<(Instant, Vec<String>)> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|(at, _)| *at >= t).cloned().collect()
+    }
+}
+
+impl Drop for SlicePoller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn addresses(slice: &EndpointSlice) -> Vec<String> {
+    slice
+        .endpoints
+        .iter()
+        .flatten()
+        .flat_map(|e| e.addresses.clone())
+        .collect()
+}
+
+fn slice_addresses(cp: &ControlPlane, ns: &str, name: &str) -> Option<Vec<String>> {
+    let api: Api<EndpointSlice> = Api::namespaced(cp.client.clone(), ns);
+    cp.block_on(api.get(name)).ok().map(|s| addresses(&s))
+}
+
+/// Values for the sidecar route, with `args` appended to the sidecar's.
+fn sidecar_route(args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "leaderService:\n  endpoints: sidecar\nsidecar:\n  extraArgs: [{}]\n",
+        args.join(", ")
+    )
+}
+
+/// Wait until exactly one sidecar leads and the slice lists exactly its pod; its name.
+fn wait_slice_converged(
+    cp: &ControlPlane,
+    rel: &Release,
+    slice: &str,
+    timeout: Duration,
+) -> String {
+    wait_for(timeout, Duration::from_millis(20), || {
+        let leader = sidecar_leader(&rel.live())?;
+        let ip = rel.kubelet.pod(&leader).ip;
+        (slice_addresses(cp, &rel.ns, slice)? == [ip]).then_some(leader)
+    })
+    .unwrap_or_else(|| {
+        let logs: Vec<String> = rel
+            .kubelet
+            .pods()
+            .iter()
+            .map(|p| format!("--- {}\n{}", p.name, p.logs()))
+            .collect();
+        panic!(
+            "the slice never listed exactly the leader within {timeout:?}: it lists {:?}\n{}",
+            slice_addresses(cp, &rel.ns, slice),
+            logs.join("\n")
+        )
+    })
+}
+
+/// What one pause run saw.
+struct PauseRun {
+    /// The paused pod's address.
+    paused_ip: String,
+    /// The slice's samples from the resume on.
+    after_resume: Vec<(Instant, Vec<String>)>,
+    /// Every sample from the pause on.
+    from_pause: Vec<(Instant, Vec<String>)>,
+}
+
+/// Three pods on the sidecar route with the write delay (and `extra` args); a leader's term
+/// begins (a step-down of the first), its sidecar is paused with its write in flight, past its
+/// term; another leads and its write lands; the paused one resumes and is watched for 4 s.
+fn pause_with_a_write_in_flight(ns: &str, extra: &[&str]) -> PauseRun {
+    let cp = ControlPlane::up();
+    let nodes = redis_cluster(3, TTL);
+    let delay = WRITE_DELAY_MS.to_string();
+    let mut args = vec!["--unsafe-test-endpoint-write-delay", delay.as_str()];
+    args.extend_from_slice(extra);
+    let rel = Release::install(&cp, ns, &nodes, 3, &sidecar_route(&args));
+    let slice = format!("{}-leader", rel.full_name());
+    let first = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(60));
+    let poller = SlicePoller::start(&cp, &rel.ns, &slice);
+
+    // A new term begins: the first steps down, another leads, and its write waits the delay.
+    assert_eq!(rel.kubelet.pod(&first).step_down(), Some(200));
+    let paused = wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
+        rel.leader_besides(&first)
+    })
+    .expect("a new leader after the step-down");
+    let pod = rel.kubelet.pod(&paused);
+    let pid = pod.pid.expect("a running sidecar");
+    signal(pid, "STOP");
+    let paused_at = Instant::now();
+    let listed_before = slice_addresses(&cp, &rel.ns, &slice).unwrap_or_default();
+    assert!(
+        !listed_before.contains(&pod.ip),
+        "the pause came after {paused}'s write landed (the slice lists {listed_before:?}); \
+         the test needs its write in flight: raise WRITE_DELAY_MS"
+    );
+
+    // Past the paused term: another pod leads and its write lands.
+    let third = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+        let l = rel.leader_besides(&paused)?;
+        let ip = rel.kubelet.pod(&l).ip;
+        (slice_addresses(&cp, &rel.ns, &slice)? == [ip]).then_some(l)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no other leader listed in the slice while {paused} was paused; it lists {:?}",
+            slice_addresses(&cp, &rel.ns, &slice)
+        )
+    });
+    report(
+        "paused leader's sidecar to the next leader listed (ttl 2s)",
+        format!("{:?}", paused_at.elapsed()),
+    );
+    let resumed_at = Instant::now();
+    signal(pid, "CONT");
+    std::thread::sleep(Duration::from_secs(4));
+    eprintln!(
+        "paused {paused} ({}), next leader {third} ({}); the paused sidecar's log:\n{}",
+        pod.ip,
+        rel.kubelet.pod(&third).ip,
+        rel.kubelet.pod(&paused).logs()
+    );
+    let run = PauseRun {
+        paused_ip: pod.ip.clone(),
+        after_resume: poller.since(resumed_at),
+        from_pause: poller.since(paused_at),
+    };
+    report(
+        "slice reads while paused and after",
+        format!(
+            "{} ({} after the resume)",
+            run.from_pause.len(),
+            run.after_resume.len()
+        ),
+    );
+    run
+}
+
+#[test]
+fn cp_a_paused_leader_with_a_write_in_flight_never_points_the_slice_back() {
+    let run = pause_with_a_write_in_flight("fence", &[]);
+    assert!(
+        run.after_resume.len() > 100,
+        "too few reads of the slice after the resume ({}) to show anything",
+        run.after_resume.len()
+    );
+    let back: Vec<_> = run
+        .from_pause
+        .iter()
+        .filter(|(_, a)| a.contains(&run.paused_ip))
+        .collect();
+    assert!(
+        back.is_empty(),
+        "the slice listed the paused pod {} again: {} of {} reads, first {:?}",
+        run.paused_ip,
+        back.len(),
+        run.from_pause.len(),
+        back.first().map(|(_, a)| a)
+    );
+    let two = run.from_pause.iter().filter(|(_, a)| a.len() > 1).count();
+    assert_eq!(two, 0, "the slice listed two pods in {two} reads");
+}
+
+#[test]
+fn cp_with_the_endpoint_fence_off_a_paused_leader_points_the_slice_back() {
+    let run = pause_with_a_write_in_flight("nofence", &["--unsafe-disable-endpoint-fence"]);
+    let back = run
+        .after_resume
+        .iter()
+        .find(|(_, a)| a.contains(&run.paused_ip))
+        .unwrap_or_else(|| {
+            panic!(
+                "with the fence off the resumed write should land and list {} again; the slice \
+                 listed {:?} after the resume",
+                run.paused_ip,
+                run.after_resume.iter().map(|(_, a)| a).collect::<Vec<_>>()
+            )
+        });
+    report(
+        "fence off: the slice pointed back at the paused pod",
+        format!(
+            "{:?} ({:?} after the resume)",
+            back.1,
+            back.0 - run.after_resume[0].0
+        ),
+    );
+}
+
+#[test]
+fn cp_a_slice_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
+    let cp = ControlPlane::up();
+    let nodes = redis_cluster(3, TTL);
+    let rel = Release::install(&cp, "slicerbac", &nodes, 3, &sidecar_route(&[]));
+    let slice = format!("{}-leader", rel.full_name());
+    let mut leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(60));
+    let role = rel.full_name();
+    let original: serde_json::Value =
+        serde_json::from_str(&cp.kubectl(&["-n", &rel.ns, "get", "role", &role, "-o", "json"]))
+            .unwrap();
+    let index = original["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|r| r["resources"] == serde_json::json!(["endpointslices"]))
+        .unwrap_or_else(|| panic!("no endpointslices rule in the Role: {original}"));
+    let rule = original["rules"][index].clone();
+    assert_eq!(
+        rule["verbs"],
+        serde_json::json!(["get", "update"]),
+        "{original}"
+    );
+    assert_eq!(
+        rule["resourceNames"],
+        serde_json::json!([slice]),
+        "{original}"
+    );
+    for verb in ["get", "update"] {
+        let kept: Vec<&str> = ["get", "update"]
+            .into_iter()
+            .filter(|v| *v != verb)
+            .collect();
+        set_verbs(&cp, &rel, &role, index, &serde_json::json!(kept));
+        // A new term: the new leader must read (get) and write (update) the slice.
+        assert_eq!(rel.kubelet.pod(&leader).step_down(), Some(200));
+        let next = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+            rel.leader_besides(&leader)
+        })
+        .unwrap_or_else(|| panic!("the election goes on without endpointslices {verb}"));
+        let pod = rel.kubelet.pod(&next);
+        let said = format!("cannot {verb} resource \\\"endpointslices\\\"");
+        let forbidden = wait_for(Duration::from_secs(15), Duration::from_millis(100), || {
+            let n = pod
+                .metrics()
+                .lines()
+                .filter(|l| {
+                    l.starts_with("redlock_elector_kube_requests_total")
+                        && l.contains(&format!("verb=\"{verb}\""))
+                        && l.contains("result=\"forbidden\"")
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>();
+            (n > 0.0 && pod.logs().contains(&said)).then_some(n)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the sidecar never said endpointslices `{verb}` is missing:\n{}\n{}",
+                pod.logs(),
+                pod.metrics()
+            )
+        });
+        report(
+            &format!("forbidden endpointslices {verb} requests counted"),
+            forbidden,
+        );
+        let line = pod
+            .logs()
+            .lines()
+            .find(|l| l.contains(&said))
+            .unwrap()
+            .to_string();
+        eprintln!("the sidecar's log line: {line}");
+        assert!(
+            line.contains(&format!("system:serviceaccount:{}:{role}", rel.ns)),
+            "{line}"
+        );
+        // Still leading: the election does not wait for the API server.
+        assert!(pod.view().unwrap().is_leader);
+        assert!(
+            !slice_addresses(&cp, &rel.ns, &slice)
+                .unwrap_or_default()
+                .contains(&pod.ip),
+            "the slice lists {next} although its sidecar may not {verb} it"
+        );
+        // The verb back: the slice converges on the leader by itself.
+        set_verbs(&cp, &rel, &role, index, &rule["verbs"]);
+        leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(30));
+        assert_eq!(leader, next);
+    }
+}
+
+/// Set the verbs of rule `index` of the Role `role`.
+fn set_verbs(
+    cp: &ControlPlane,
+    rel: &Release,
+    role: &str,
+    index: usize,
+    verbs: &serde_json::Value,
+) {
+    let patch = serde_json::json!([
+        {"op": "replace", "path": format!("/rules/{index}/verbs"), "value": verbs}
+    ]);
+    cp.kubectl(&[
+        "-n",
+        &rel.ns,
+        "patch",
+        "role",
+        role,
+        "--type",
+        "json",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
