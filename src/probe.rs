@@ -294,7 +294,7 @@ impl ProbeKeys {
     }
 
     /// Every script on the probe key: acquire (GET, SET NX PX), acquire again by someone else
-    /// (the denial: PTTL), renew (PEXPIRE), release naming a successor (DEL, SET PX of the
+    /// (the denial: PTTL), renew (PTTL, PEXPIRE), release naming a successor (DEL, SET PX of the
     /// reservation, PUBLISH on the lease's channel), acquire by someone else while reserved
     /// (denied), then by the successor (consumes the reservation: DEL), release; then a
     /// candidate record written (HGET, HSET, PTTL, PEXPIRE, HGETALL), a follower's watch (GET,

@@ -114,6 +114,12 @@ pub struct UnsafeSwitches {
     /// issue 52: a step back before the watch began, undone after the grant, goes unpaid.
     #[arg(long = "unsafe-disable-proof-continuity", hide = true)]
     pub proof_continuity_off: bool,
+    /// `--unsafe-allow-renewal-to-shorten`: a renewal sets the key's expiry to the node's now
+    /// plus ttl even where that is earlier than the expiry the key has, as before finding 9: a
+    /// renewal that lands while a node's clock is stepped back, undone later, cuts short the
+    /// key the holder's deadline rests on, and a watch across both steps sees net zero.
+    #[arg(long = "unsafe-allow-renewal-to-shorten", hide = true)]
+    pub renewal_may_shorten: bool,
     /// `--unsafe-test-run-start-delay MS`: `run` waits this long between reading a new term
     /// and marking its command as running, so a test can end the term in that window, and as
     /// long again once the command started (a runner preempted twice).
@@ -173,6 +179,9 @@ impl UnsafeSwitches {
         }
         if self.proof_continuity_off {
             w.push("--unsafe-disable-proof-continuity: a release proof counts for a fresh clock watch; mutual exclusion is NOT guaranteed (tests only)");
+        }
+        if self.renewal_may_shorten {
+            w.push("--unsafe-allow-renewal-to-shorten: a renewal may cut a key's expiry short while a node's clock is stepped back; mutual exclusion is NOT guaranteed (tests only)");
         }
         if self.run_start_delay_ms.is_some() {
             w.push("--unsafe-test-run-start-delay: run starts its command late in each term, to test the term ending meanwhile (tests only)");

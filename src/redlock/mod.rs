@@ -212,6 +212,9 @@ pub struct Redlock {
     /// connection, a reconnect does not taint a node with a command out, and a renewal heals
     /// a missing key over a reservation for someone else (5375106).
     reconnect_taint_off: bool,
+    /// Test-only `--unsafe-allow-renewal-to-shorten`: [`scripts::RENEW`] sets the expiry to
+    /// now + ttl even where that shortens the key (finding 9).
+    renewal_may_shorten: bool,
 }
 
 impl Redlock {
@@ -257,6 +260,7 @@ impl Redlock {
             watches: AtomicU64::new(tag),
             records_seen: std::sync::Mutex::new(vec![None; set.nodes.len()]),
             reconnect_taint_off: config.unsafe_switches.reconnect_taint_off,
+            renewal_may_shorten: config.unsafe_switches.renewal_may_shorten,
         }
     }
 

@@ -36,7 +36,9 @@ impl Redlock {
             self.epoch_key.clone(),
             reservation.to_string(),
         ]);
-        let args = Arc::new([lease.value.clone(), ttl_ms, token]);
+        // ARGV[4] `1` only under the test-only `--unsafe-allow-renewal-to-shorten`.
+        let shorten = if self.renewal_may_shorten { "1" } else { "0" };
+        let args = Arc::new([lease.value.clone(), ttl_ms, token, shorten.to_string()]);
         let t1 = Instant::now();
         let n_nodes = self.nodes.len();
         let mut pending: FuturesUnordered<_> = self

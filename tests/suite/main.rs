@@ -40,6 +40,7 @@ mod safety_clock_margin;
 mod safety_empty_restart;
 mod safety_fencing;
 mod safety_quarantine;
+mod safety_renewal_expiry;
 mod safety_stall;
 mod scripts;
 mod several_leases;

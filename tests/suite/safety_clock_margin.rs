@@ -43,17 +43,7 @@ const P_TO_Y: Duration = Duration::from_millis(260);
 /// sent when P's release to Y times out, reaches Y after that release.
 const A_TO_Y: Duration = Duration::from_millis(120);
 
-fn latency(d: Duration) -> LinkFault {
-    LinkFault {
-        latency: d,
-        blackhole: false,
-    }
-}
-
-const CUT: LinkFault = LinkFault {
-    latency: Duration::ZERO,
-    blackhole: true,
-};
+const CUT: LinkFault = LinkFault::CUT;
 
 /// `redis.timeout` 200 ms (the default is 50 ms): the proxy's delays above fall on either side
 /// of it with room for a loaded machine.
@@ -126,8 +116,8 @@ struct Run {
 /// 3. P steps down and names A. Its fresh read of the candidates sees X's step (no proof on X)
 ///    and times out on Y; the release proves Y and Z. A's attempt reaches Y after P's release
 ///    there, consumes the proofs on Y and Z, and leads on them.
-/// 4. A is cut off from X and Y (its renewals fail there), X and Y step forward 2 s, and B's
-///    links heal. A's keys on X and Y now expire 2 s early, while A leads until its deadline.
+/// 4. A is cut off from X and Y (its renewals fail there), X and Y step forward 2 s, B's links
+///    heal, and P (a follower now) is cut off from X and Y. A's keys on X and Y now expire 2 s early, while A leads until its deadline.
 ///    B's watch read X and Y on both sides of the two steps only: net zero, it counts them and
 ///    takes the lease at the early expiry.
 ///
@@ -163,7 +153,7 @@ fn proof_across_a_hidden_step(defence: bool) -> Option<Run> {
 
     common::just_after_renewal(&nodes[Y], KEY, TTL);
     let renewed = Instant::now();
-    proxy.set(pi, Y, latency(P_TO_Y));
+    proxy.set(pi, Y, LinkFault::latency(P_TO_Y));
     proxy.set(bi, X, CUT);
     proxy.set(bi, Y, CUT);
     nodes[X].jump_clock(-STEP_MS);
@@ -188,7 +178,7 @@ fn proof_across_a_hidden_step(defence: bool) -> Option<Run> {
         (v.candidate_ready || (defence && watching)).then_some(v.candidate_ready)
     })
     .unwrap_or_else(|| panic!("a never became a ready candidate:\n{}", a.logs()));
-    proxy.set(A, Y, latency(A_TO_Y));
+    proxy.set(A, Y, LinkFault::latency(A_TO_Y));
     // P renews every ttl/3: the handover (a candidates read and the release, each up to the
     // timeout) must be over before the next one.
     if renewed.elapsed() > Duration::from_millis(2_500) {
@@ -222,7 +212,11 @@ fn proof_across_a_hidden_step(defence: bool) -> Option<Run> {
         proxy.reset(bi, n);
         proxy.set(bi, n, LinkFault::default());
     }
-    proxy.set(pi, Y, LinkFault::default());
+    // P, a follower now, is cut off from X and Y: B alone takes them, at once. (P's attempts
+    // there raced B's: each took one of the two, neither a quorum, and under load their retries
+    // took until after A's deadline to settle, with no overlap left to show.)
+    proxy.set(pi, X, CUT);
+    proxy.set(pi, Y, CUT);
 
     match a_led {
         // Past A's deadline (at most a ttl after its grant), so any overlap is in the record.

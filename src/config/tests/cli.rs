@@ -193,6 +193,7 @@ fn hidden_test_only_switches() {
         run_deadline_off: false,
         span_band_off: false,
         proof_continuity_off: false,
+        renewal_may_shorten: false,
         run_start_delay_ms: None,
         guard_spawn_delay_ms: None,
         endpoint_fence_off: false,

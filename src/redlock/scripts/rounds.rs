@@ -45,7 +45,9 @@ macro_rules! renew_body {
         r#"local v = redis.call('GET', KEYS[1])
 local r
 if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[4] == '1' or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   r = 1
 elseif not v then
   if redis.call('GET', KEYS[3]) then
@@ -65,7 +67,13 @@ return {now, r}
     };
 }
 /// Renew and assert the fencing epoch. KEYS: lock, epoch, reservation. ARGV: value, ttl_ms,
-/// token. Ours → PEXPIRE, `{now, 1}`. Missing (the node lost it: restart) → healed with SET NX,
+/// token, and `1` only under the test-only `--unsafe-allow-renewal-to-shorten`. Ours →
+/// PEXPIRE, `{now, 1}`, but only where it extends the key (`PTTL` < ttl): a renewal never
+/// shortens the key's expiry on the node's clock. Read while the node's clock is stepped back,
+/// now + ttl is earlier than the expiry the holder's counted deadline rests on; a forward step
+/// that undoes the step later would end the key that much before that deadline, and a taker
+/// whose watch read the node only before and after both steps sees net zero and counts it
+/// (finding 9, docs/concepts/clock-jumps.md). Missing (the node lost it: restart) → healed with SET NX,
 /// `{now, 2}`, unless a release reserved the node for a successor (read with `GET`: the minimal
 /// ACL has no `EXISTS`): then `{now, 3}`, nothing written (a renewal that arrives late, after
 /// its own release, must not re-create the releaser's key over the successor's reservation and

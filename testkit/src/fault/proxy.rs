@@ -29,6 +29,22 @@ pub struct LinkFault {
     pub blackhole: bool,
 }
 
+impl LinkFault {
+    /// A partition of the link: every byte held until it heals.
+    pub const CUT: LinkFault = LinkFault {
+        latency: Duration::ZERO,
+        blackhole: true,
+    };
+
+    /// `d` of latency on every chunk from the sidecar to the node.
+    pub fn latency(d: Duration) -> LinkFault {
+        LinkFault {
+            latency: d,
+            blackhole: false,
+        }
+    }
+}
+
 /// One (sidecar, node) link.
 struct Link {
     /// Where the sidecar connects.
