@@ -11,9 +11,17 @@
 //! node's connections, step a node's wall clock forward or backward by 0.5–60 s (on one node up
 //! to a majority at once; every node runs under the clockshift library), step 1–3 nodes' clocks
 //! by only 10–300 ms forward or backward at the end of a 100–450 ms latency spike toward them
-//! (one sidecar's links or every sidecar's: the steps the clock watch can miss, issue 34), and
+//! (one sidecar's links or every sidecar's: the steps the clock watch can miss, issue 34),
 //! reset a node's connections just after a renewal was seen on it (stragglers of a round
-//! decided early, then a reconnect). Faults overlap; at most three nodes and two sidecars are impaired at
+//! decided early, then a reconnect), run one node up to a majority fast or slow by 0.1–0.9 % (up
+//! to 0.9 × driftFactor) for 2–40 s, and step a majority's clocks by 0.5–3 s (backward
+//! two times in three) just before or just after the leader's SIGTERM, stepping them back
+//! 20–600 ms later (the review's finding 1: before, half the time with a follower restarted
+//! after the step; half the time the leader after the undo is then cut off from those nodes;
+//! and a variant aimed at ttl 1 s: a third sidecar paused from before the step until the undo,
+//! a follower restarted after the step, the undo 20–150 ms after the SIGTERM, then the new
+//! leader cut off).
+//! Faults overlap; at most three nodes and two sidecars are impaired at
 //! once, so majority outages happen but do not dominate. Sidecar faults are aimed at the
 //! current leader 60% of the time, so terms change often. The seed fixes the sequence of fault
 //! kinds, targets and durations; which sidecar leads when a fault is aimed at "the leader"
@@ -24,8 +32,10 @@
 //! reached ≥ 3 running nodes out of restart and clock-jump quarantine, without a blackhole or
 //! latency above the timeout) and not in the ttl + retry after such an outage.
 //!
-//! - CI: `cargo test --test fault_schedule` (60 s, seed 1; `FAULT_SEED`, `FAULT_SECONDS` override).
-//! - Soak: `FAULT_SECONDS=1800 FAULT_SEED=$RANDOM cargo test --release --test fault_schedule -- --ignored --nocapture`
+//! - CI: `cargo test --test fault_schedule` (60 s, seed 1; `FAULT_SEED`, `FAULT_SECONDS` override;
+//!   `FAULT_SIDECAR_FLAGS` adds sidecar flags, e.g. a defence's `--unsafe-disable-...`).
+//! - Soak: `FAULT_SECONDS=1000 FAULT_SEED=$RANDOM cargo test --locked --release --test suite -- --ignored --nocapture fault_schedule::soak`
+//!   (about 1.2 faults a second; `docs/concepts/verification.md` keeps the recorded soaks).
 
 use testkit::common;
 use testkit::fault;
@@ -52,19 +62,25 @@ const NAMES: [&str; SIDECARS] = ["s0", "s1", "s2"];
 /// ttl + margin (`ttl·driftFactor + 2 ms`): a clock jump's quarantine, and how long a fresh
 /// sidecar watches the nodes' clocks before counting them.
 const WATCH: Duration = Duration::from_millis(1012);
+/// The fastest a node's clock runs fast or slow in a rate fault, ppm: 0.9 × the SPEC's default
+/// driftFactor (0.01), which the sidecars run with. The SPEC assumes rates differ by less.
+const MAX_DRIFT_PPM: i64 = 9_000;
 
 fn opts(shards: usize) -> Opts {
     let sharded = shards > 0;
+    // Test-only: extra sidecar flags (e.g. a defence's `--unsafe-disable-...`), to see what
+    // the schedule finds without it.
+    let flags = std::env::var("FAULT_SIDECAR_FLAGS").unwrap_or_default();
+    let mut extra: Vec<String> = flags.split_whitespace().map(String::from).collect();
+    if sharded {
+        extra.extend(["--shards".into(), shards.to_string()]);
+    }
     Opts {
         ttl: "1s",
         retry_every: "200ms",
         timeout: "50ms",
         lease: if sharded { "jobs" } else { "test" }.into(),
-        extra: if sharded {
-            vec!["--shards".into(), shards.to_string()]
-        } else {
-            vec![]
-        },
+        extra,
         ..Opts::default()
     }
 }
@@ -137,8 +153,38 @@ enum Heal {
         nodes: Vec<usize>,
         delta_ms: i64,
     },
+    /// A rate fault `rule` ends: these nodes' clocks run at the true rate again (keeping the
+    /// offset they reached).
+    RateEnd {
+        rule: u64,
+        nodes: Vec<usize>,
+    },
+    /// A handover around a step: SIGTERM the leader now (the majority `nodes` was stepped by
+    /// `delta_ms` a moment ago), then undo the step after `undo_after`.
+    HandoverTerm(HandoverStep),
+    /// A handover around a step: step `nodes` by `delta_ms` now (the leader was SIGTERMed a
+    /// moment ago), then undo it after `undo_after`.
+    HandoverStep(HandoverStep),
+    /// Undo a handover's step; then, maybe, cut whoever leads off from the stepped nodes.
+    HandoverUndo(HandoverStep),
     /// Nothing changes but the availability snapshot (a quarantine ended).
     Snapshot,
+}
+
+/// A majority's clock step around a graceful handover, undone a moment later (the review's
+/// finding 1: a successor whose watch began after the step counts the nodes on the release
+/// proof; the undo shortens its keys there, and only what the margin covers may save it).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct HandoverStep {
+    nodes: Vec<usize>,
+    delta_ms: i64,
+    undo_after: Duration,
+    /// Partition the leader in office at the undo from `nodes` for this long.
+    partition_for: Option<Duration>,
+    /// A sidecar SIGSTOPped from before the step until the undo, so its watch bridges both
+    /// steps unseen (the review's long-running follower B, whose readings at ttl 1 s would
+    /// otherwise fall between them).
+    blind: Option<usize>,
 }
 
 struct World {
@@ -167,6 +213,8 @@ struct World {
     jumps_of_killed: f64,
     /// `lease.shards` of the sidecars; 0: one lease.
     shards: usize,
+    /// The rate fault in force on each node, if any.
+    drift: Vec<Option<u64>>,
 }
 
 /// Clock jumps a sidecar detected (its counter, over every endpoint and direction).
@@ -329,21 +377,105 @@ impl World {
                     "spike ended; nodes {nodes:?} clock step {delta_ms} ms"
                 ));
             }
+            Heal::RateEnd { rule, nodes } => {
+                let mut ended = Vec::new();
+                for n in nodes {
+                    if self.drift[n] == Some(rule) {
+                        self.nodes[n].set_clock_rate(0);
+                        self.drift[n] = None;
+                        ended.push((n, self.nodes[n].clock_offset_ms()));
+                    }
+                }
+                self.note(format!(
+                    "clock rate fault ended; (node, offset ms) {ended:?}"
+                ));
+            }
+            Heal::HandoverTerm(h) => {
+                let sidecars_impaired = self.sidecar.iter().filter(|p| **p != Proc::Up).count();
+                match self.leader() {
+                    Some(l) if sidecars_impaired < 2 => {
+                        self.sigterm(l, "handover: leader SIGTERM after a majority step")
+                    }
+                    _ => self.note("handover: no leader to SIGTERM".into()),
+                }
+                self.schedule(h.undo_after, Heal::HandoverUndo(h));
+            }
+            Heal::HandoverStep(h) => {
+                self.handover_step(&h.nodes, h.delta_ms);
+                self.schedule(h.undo_after, Heal::HandoverUndo(h));
+            }
+            Heal::HandoverUndo(h) => {
+                self.handover_step(&h.nodes, -h.delta_ms);
+                if let Some(b) = h.blind
+                    && self.sidecar[b] == Proc::Paused
+                {
+                    self.sidecars[b].as_ref().unwrap().signal("CONT");
+                    self.sidecar[b] = Proc::Up;
+                    self.note(format!("handover: sidecar {b} SIGCONT after the undo"));
+                }
+                if let Some(d) = h.partition_for
+                    && let Some(l) = self.leader()
+                {
+                    self.rule(
+                        LinkRule::Partition {
+                            sidecar: l,
+                            nodes: h.nodes.clone(),
+                        },
+                        d,
+                        "handover: leader after the undo partitioned from the stepped nodes",
+                    );
+                }
+            }
             Heal::Snapshot => {}
         }
         self.snapshot();
     }
 
+    /// Step a majority's clocks around a handover (or undo that step).
+    fn handover_step(&mut self, nodes: &[usize], delta_ms: i64) {
+        for &n in nodes {
+            self.nodes[n].jump_clock(delta_ms);
+            self.node_jumped[n] = Instant::now();
+        }
+        self.schedule(WATCH + Duration::from_millis(10), Heal::Snapshot);
+        self.count(if delta_ms > 0 {
+            "handover: majority clock step forward"
+        } else {
+            "handover: majority clock step backward"
+        });
+        self.note(format!(
+            "handover: nodes {nodes:?} clock step {delta_ms} ms"
+        ));
+    }
+
+    /// A graceful stop, as a rollout's: the sidecar releases (naming a successor if it leads)
+    /// and is restarted 0.3–2.5 s later.
+    fn sigterm(&mut self, s: usize, kind: &'static str) {
+        let mut victim = self.sidecars[s].take().unwrap();
+        self.jumps_of_killed += jumps_detected(&victim);
+        let _ = victim.terminate();
+        self.checker.down(s);
+        self.sidecar[s] = Proc::Killed;
+        let d = self.secs(0.3, 2.5);
+        self.schedule(d, Heal::RestartSidecar(s));
+        self.count(kind);
+        self.note(format!("sidecar {s} SIGTERM, restarted after {d:?}"));
+    }
+
     /// `k` distinct nodes, at random, in order.
     fn pick_nodes(&mut self, k: usize) -> Vec<usize> {
-        let mut nodes: Vec<usize> = (0..NODES).collect();
+        self.pick_from((0..NODES).collect(), k)
+    }
+
+    /// `k` distinct members of `pool`, at random, in order.
+    fn pick_from(&mut self, mut pool: Vec<usize>, k: usize) -> Vec<usize> {
         for i in 0..k {
-            let j = self.rng.random_range(i..NODES);
-            nodes.swap(i, j);
+            let j = self.rng.random_range(i..pool.len());
+            pool.swap(i, j);
         }
-        nodes.truncate(k);
-        nodes.sort();
-        nodes
+        pool.truncate(k);
+        pool.sort();
+        pool
     }
 
     fn secs(&mut self, lo: f64, hi: f64) -> Duration {
@@ -364,7 +496,7 @@ impl World {
 
     /// Inject one random fault, if the chosen one is possible now.
     fn inject(&mut self) {
-        let kind = self.rng.random_range(0..16u32);
+        let kind = self.rng.random_range(0..20u32);
         let mut s = self.rng.random_range(0..SIDECARS);
         // Aim sidecar faults at the leader more often than chance, so that terms change.
         if self.rng.random_bool(0.6)
@@ -482,17 +614,9 @@ impl World {
                 self.note(format!("nodes {nodes:?} clock jump {delta} ms"));
             }
             12 if sidecar_free => {
-                // A graceful stop, as a rollout's: the leader releases and names a successor,
-                // which may have started a moment ago (the release proof's path).
-                let mut victim = self.sidecars[s].take().unwrap();
-                self.jumps_of_killed += jumps_detected(&victim);
-                let _ = victim.terminate();
-                self.checker.down(s);
-                self.sidecar[s] = Proc::Killed;
-                let d = self.secs(0.3, 2.5);
-                self.schedule(d, Heal::RestartSidecar(s));
-                self.count("sidecar SIGTERM");
-                self.note(format!("sidecar {s} SIGTERM, restarted after {d:?}"));
+                // The leader releases and names a successor, which may have started a moment
+                // ago (the release proof's path).
+                self.sigterm(s, "sidecar SIGTERM");
             }
             13 | 14 => {
                 // A step the watch could miss: 10–300 ms, on 1–3 nodes, at the end of a
@@ -564,6 +688,144 @@ impl World {
                     }
                 ));
             }
+            16 => {
+                // One node up to a majority run fast or slow, within driftFactor, for 2–40 s.
+                let free: Vec<usize> = (0..NODES).filter(|&n| self.drift[n].is_none()).collect();
+                if free.is_empty() {
+                    return;
+                }
+                let k = self.rng.random_range(1..=QUORUM.min(free.len()));
+                let nodes = self.pick_from(free, k);
+                let size = self.rng.random_range(1_000..=MAX_DRIFT_PPM);
+                let ppm = if self.rng.random_bool(0.5) {
+                    size
+                } else {
+                    -size
+                };
+                let d = self.secs(2.0, 40.0);
+                self.next_rule += 1;
+                let rule = self.next_rule;
+                for &n in &nodes {
+                    self.nodes[n].set_clock_rate(ppm);
+                    self.drift[n] = Some(rule);
+                }
+                self.schedule(
+                    d,
+                    Heal::RateEnd {
+                        rule,
+                        nodes: nodes.clone(),
+                    },
+                );
+                self.count(if ppm > 0 {
+                    "node clock rate fast"
+                } else {
+                    "node clock rate slow"
+                });
+                self.note(format!("nodes {nodes:?} clock rate {ppm:+} ppm for {d:?}"));
+            }
+            17 | 18 => {
+                // A majority's clock stepped by 0.5–3 s just before or just after the leader's
+                // graceful release, and stepped back 20–600 ms later (finding 1's shape; more
+                // often backward first, as there). Before: half the time a follower restarts
+                // right after the step, so the successor's watch begins after it.
+                let Some(l) = self.leader() else {
+                    return;
+                };
+                if sidecars_impaired >= 2 {
+                    return;
+                }
+                let nodes = self.pick_nodes(QUORUM);
+                let size = self.rng.random_range(500..3_000i64);
+                let delta_ms = if self.rng.random_bool(0.67) {
+                    -size
+                } else {
+                    size
+                };
+                let undo_after = Duration::from_millis(self.rng.random_range(20..600));
+                let partition_for = self
+                    .rng
+                    .random_bool(0.5)
+                    .then(|| Duration::from_secs_f64(self.rng.random_range(1.0..4.0)));
+                let h = HandoverStep {
+                    nodes: nodes.clone(),
+                    delta_ms,
+                    undo_after,
+                    partition_for,
+                    blind: None,
+                };
+                if kind == 17 {
+                    self.handover_step(&nodes, delta_ms);
+                    let follower = (0..SIDECARS)
+                        .find(|&f| f != l && self.sidecar[f] == Proc::Up)
+                        .filter(|_| self.rng.random_bool(0.5));
+                    let lag = match follower {
+                        Some(f) => {
+                            self.checker.down(f);
+                            let mut victim = self.sidecars[f].take().unwrap();
+                            self.jumps_of_killed += jumps_detected(&victim);
+                            victim.kill();
+                            self.start_sidecar(f);
+                            self.count("handover: follower restarted after the step");
+                            self.note(format!("handover: sidecar {f} restarted after the step"));
+                            // Long enough for its watch to count (the successor it may become).
+                            self.secs(1.1, 2.0)
+                        }
+                        None => self.secs(0.0, 0.3),
+                    };
+                    self.schedule(lag, Heal::HandoverTerm(h));
+                } else {
+                    self.sigterm(l, "handover: leader SIGTERM before a majority step");
+                    let lag = self.secs(0.0, 0.3);
+                    self.schedule(lag, Heal::HandoverStep(h));
+                }
+            }
+            19 => {
+                // Finding 1 at ttl 1 s: follower B paused across both steps (its watch bridges
+                // them unseen), a majority stepped back 1–3 s (forward one time in three),
+                // follower A restarted right after (its watch begins after the step), the
+                // leader's SIGTERM 0.15–0.35 s later, the undo 20–150 ms after it, then
+                // the leader in office cut off from the stepped nodes for 1–3 s.
+                if sidecars_impaired > 0 {
+                    return;
+                }
+                let Some(l) = self.leader() else {
+                    return;
+                };
+                let (a, b) = ((l + 1) % SIDECARS, (l + 2) % SIDECARS);
+                let (a, b) = if self.rng.random_bool(0.5) {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                let nodes = self.pick_nodes(QUORUM);
+                let size = self.rng.random_range(1_000..3_000i64);
+                let delta_ms = if self.rng.random_bool(0.67) {
+                    -size
+                } else {
+                    size
+                };
+                let h = HandoverStep {
+                    nodes: nodes.clone(),
+                    delta_ms,
+                    undo_after: Duration::from_millis(self.rng.random_range(20..150)),
+                    partition_for: Some(self.secs(1.0, 3.0)),
+                    blind: Some(b),
+                };
+                self.sidecars[b].as_ref().unwrap().signal("STOP");
+                self.sidecar[b] = Proc::Paused;
+                self.count("handover: follower paused across the step and its undo");
+                self.note(format!("handover: sidecar {b} SIGSTOP until the undo"));
+                self.handover_step(&nodes, delta_ms);
+                self.checker.down(a);
+                let mut victim = self.sidecars[a].take().unwrap();
+                self.jumps_of_killed += jumps_detected(&victim);
+                victim.kill();
+                self.start_sidecar(a);
+                self.count("handover: follower restarted after the step");
+                self.note(format!("handover: sidecar {a} restarted after the step"));
+                let lag = self.secs(0.15, 0.35);
+                self.schedule(lag, Heal::HandoverTerm(h));
+            }
             _ => return,
         }
         self.snapshot();
@@ -627,7 +889,10 @@ fn availability(usable: &[(Duration, bool)], led: &[bool], end: Duration) -> (u6
 fn run(default_seconds: u64, shards: usize) {
     let seed = env_u64("FAULT_SEED", 1);
     let seconds = env_u64("FAULT_SECONDS", default_seconds);
-    eprintln!("fault schedule: FAULT_SEED={seed} FAULT_SECONDS={seconds}");
+    eprintln!(
+        "fault schedule: FAULT_SEED={seed} FAULT_SECONDS={seconds} FAULT_SIDECAR_FLAGS={:?}",
+        std::env::var("FAULT_SIDECAR_FLAGS").unwrap_or_default()
+    );
     let nodes: Vec<Redis> = (0..NODES).map(|_| Redis::start_shiftable()).collect();
     std::thread::sleep(TTL + Duration::from_millis(1100));
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
@@ -660,6 +925,7 @@ fn run(default_seconds: u64, shards: usize) {
         log: Vec::new(),
         jumps_of_killed: 0.0,
         shards,
+        drift: vec![None; NODES],
     };
     w.snapshot();
     let end = started + Duration::from_secs(seconds);
@@ -801,9 +1067,98 @@ fn seeded_fault_schedule_sharded() {
     run(30, 16);
 }
 
-/// The long soak: `FAULT_SECONDS=1800 FAULT_SEED=$RANDOM cargo test --release --test fault_schedule -- --ignored --nocapture`.
+/// The long soak (see the module's doc for the command).
 #[test]
 #[ignore = "long soak; run explicitly"]
 fn soak() {
     run(1800, 0);
+}
+
+/// The clockshift library's rate, on a real server: `TIME` runs at 1 + ppm/10^6 of the true
+/// rate, goes on from the offset in force when the rate is set, and keeps the offset it reached
+/// when the rate is set back to 0 (no step either way). The rate faults above rely on it.
+#[test]
+fn clockshift_rate_moves_redis_time() {
+    let node = Redis::start_shiftable();
+    node.shift_clock(-2_000);
+    let offset = check_offset(&node, "the one-number form");
+    assert!(
+        (offset + 2_000).abs() <= 2,
+        "offset {offset} ms, set -2000 ms"
+    );
+    // Fast for longer than slow, so the offset the drift leaves behind is about +18 ms.
+    for (ppm, secs) in [(MAX_DRIFT_PPM, 4), (-MAX_DRIFT_PPM, 2)] {
+        node.set_clock_rate(ppm);
+        let a = node_time(&node);
+        std::thread::sleep(Duration::from_secs(secs));
+        let b = node_time(&node);
+        // The node's elapsed time over the real elapsed time, bounded by the round trips.
+        let node_elapsed = (b.node_us - a.node_us) as f64;
+        let longest = (b.received_us - a.sent_us) as f64;
+        let shortest = (b.sent_us - a.received_us) as f64;
+        let (lo, hi) = (
+            (node_elapsed / longest - 1.0) * 1e6,
+            (node_elapsed / shortest - 1.0) * 1e6,
+        );
+        eprintln!("rate {ppm:+} ppm: measured {lo:+.0} to {hi:+.0} ppm");
+        assert!(
+            lo - 2.0 <= ppm as f64 && ppm as f64 <= hi + 2.0,
+            "rate {ppm:+} ppm set, the node's TIME ran at {lo:+.0} to {hi:+.0} ppm"
+        );
+        assert!(
+            hi - lo < MAX_DRIFT_PPM as f64 / 2.0,
+            "round trips too long to tell the rate ({lo:+.0} to {hi:+.0} ppm): is the machine \
+             overloaded?"
+        );
+        check_offset(&node, &format!("while running at {ppm:+} ppm"));
+    }
+    let before = node.clock_offset_ms();
+    node.set_clock_rate(0);
+    let after = check_offset(&node, "after the rate was set back to 0");
+    assert!(
+        (after - before).abs() <= 2 && after + 2_000 >= 10,
+        "offset {after} ms after the drift stopped, {before} ms before (from -2000 ms: the \
+         drift's offset is kept)"
+    );
+    node.jump_clock(1_000);
+    check_offset(&node, "after a jump");
+}
+
+/// One `TIME` reading bracketed by the true wall clock, all in µs since the epoch.
+struct TimeReading {
+    sent_us: i64,
+    node_us: i64,
+    received_us: i64,
+}
+
+/// The tightest of five `TIME` readings (the shortest round trip).
+fn node_time(node: &Redis) -> TimeReading {
+    const TIME_US: &str = "local t = redis.call('TIME') return t[1] * 1000000 + t[2]";
+    (0..5)
+        .map(|_| {
+            let sent_us = unix_ns() / 1_000;
+            let node_us = resp_command(node.port, &["EVAL", TIME_US, "0"])
+                .and_then(|v| v.parse::<i64>().ok())
+                .expect("TIME over EVAL");
+            TimeReading {
+                sent_us,
+                node_us,
+                received_us: unix_ns() / 1_000,
+            }
+        })
+        .min_by_key(|r| r.received_us - r.sent_us)
+        .unwrap()
+}
+
+/// The node's offset from the true clock agrees with the harness's, within the round trip;
+/// returns it (ms).
+fn check_offset(node: &Redis, when: &str) -> i64 {
+    let r = node_time(node);
+    let expected_us = node.clock_offset_ms() * 1_000;
+    let (lo, hi) = (r.node_us - r.received_us, r.node_us - r.sent_us);
+    assert!(
+        lo - 1_000 <= expected_us && expected_us <= hi + 1_000,
+        "{when}: the node's clock is off by {lo} to {hi} µs, the harness set {expected_us} µs"
+    );
+    (lo + hi) / 2_000
 }

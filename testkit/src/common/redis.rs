@@ -89,8 +89,8 @@ pub struct Redis {
     extra: Vec<String>,
     /// Whether the server runs under the clockshift library (see [`Redis::shift_clock`]).
     shiftable: bool,
-    /// The wall-clock offset in force, ms.
-    offset_ms: std::sync::atomic::AtomicI64,
+    /// The wall-clock offset and rate in force.
+    clock: std::sync::Mutex<ClockSetting>,
     /// TLS-only (`--port 0 --tls-port`): the test talks to it over a unix socket as `admin`.
     tls: Option<TlsServer>,
 }
@@ -108,6 +108,29 @@ pub fn clockshift_lib() -> PathBuf {
         )
     })
     .clone()
+}
+
+/// A shiftable server's wall-clock setting: `base_ns` at the real instant `anchor_ns` (ns since
+/// the epoch), growing by `ppm` of the real time elapsed since.
+#[derive(Clone, Copy, Default)]
+struct ClockSetting {
+    base_ns: i64,
+    ppm: i64,
+    anchor_ns: i64,
+}
+
+impl ClockSetting {
+    fn offset_ns(&self, real_ns: i64) -> i64 {
+        self.base_ns + (real_ns - self.anchor_ns) * self.ppm / 1_000_000
+    }
+}
+
+/// The true wall clock (the harness is never shifted), ns since the epoch.
+pub fn unix_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the wall clock is after 1970")
+        .as_nanos() as i64
 }
 
 /// How a TLS-only server is started.
@@ -162,7 +185,7 @@ impl Redis {
             dir: tempdir(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             shiftable,
-            offset_ms: Default::default(),
+            clock: Default::default(),
             tls,
         };
         r.spawn();
@@ -174,29 +197,63 @@ impl Redis {
     }
 
     /// Set the server's wall-clock offset to `offset_ms` (absolute, from true time); takes
-    /// effect within a millisecond. A restarted server keeps the offset in force.
+    /// effect within a millisecond. A restarted server keeps the offset in force. A rate set
+    /// with [`Redis::set_clock_rate`] goes on from this offset.
     pub fn shift_clock(&self, offset_ms: i64) {
-        assert!(
-            self.shiftable,
-            "start the server with Redis::start_shiftable()"
-        );
-        let tmp = self.dir.path().join("clock-offset-ms.tmp");
-        std::fs::write(&tmp, offset_ms.to_string()).unwrap();
-        std::fs::rename(&tmp, self.offset_file()).unwrap();
-        self.offset_ms
-            .store(offset_ms, std::sync::atomic::Ordering::SeqCst);
-        // The library re-reads the file at most once per ms of its own monotonic time.
-        std::thread::sleep(Duration::from_millis(3));
+        self.set_clock(|c| c.base_ns = offset_ms * 1_000_000);
     }
 
     /// Move the wall clock by `delta_ms` from where it is.
     pub fn jump_clock(&self, delta_ms: i64) {
-        self.shift_clock(self.clock_offset_ms() + delta_ms);
+        self.set_clock(|c| c.base_ns += delta_ms * 1_000_000);
     }
 
-    /// The wall-clock offset in force, ms.
+    /// Let the wall clock run at `1 + ppm/10^6` of the true rate from now on, going on from
+    /// the offset it has reached (no step); 0 stops the drift and keeps the offset.
+    pub fn set_clock_rate(&self, ppm: i64) {
+        self.set_clock(|c| c.ppm = ppm);
+    }
+
+    /// The wall-clock offset in force, ms (what a rate has added so far included).
     pub fn clock_offset_ms(&self) -> i64 {
-        self.offset_ms.load(std::sync::atomic::Ordering::SeqCst)
+        let c = *self.clock.lock().unwrap();
+        c.offset_ns(unix_ns()).div_euclid(1_000_000)
+    }
+
+    /// The clock's rate in force, ppm.
+    pub fn clock_rate_ppm(&self) -> i64 {
+        self.clock.lock().unwrap().ppm
+    }
+
+    /// Re-anchor the setting at now (so the offset reached so far is its base), edit it, and
+    /// write it for the library (`tests/clockshift/clockshift.c` describes the format).
+    fn set_clock(&self, edit: impl FnOnce(&mut ClockSetting)) {
+        assert!(
+            self.shiftable,
+            "start the server with Redis::start_shiftable()"
+        );
+        let mut c = self.clock.lock().unwrap();
+        let now = unix_ns();
+        c.base_ns = c.offset_ns(now);
+        c.anchor_ns = now;
+        edit(&mut c);
+        let ms = format!(
+            "{}{}.{:06}",
+            if c.base_ns < 0 { "-" } else { "" },
+            c.base_ns.unsigned_abs() / 1_000_000,
+            c.base_ns.unsigned_abs() % 1_000_000
+        );
+        let text = match c.ppm {
+            // The one-number form, as before rates existed.
+            0 => ms,
+            ppm => format!("{ms} {ppm} {}", c.anchor_ns),
+        };
+        let tmp = self.dir.path().join("clock-offset-ms.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.offset_file()).unwrap();
+        drop(c);
+        // The library re-reads the file at most once per ms of its own monotonic time.
+        std::thread::sleep(Duration::from_millis(3));
     }
 
     /// Start a TLS-only server (no plain port) with `pki`'s server certificate, on a free port.
