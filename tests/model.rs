@@ -43,9 +43,10 @@
 //! ## What the model approximates
 //! - **The scripts' node-side effects are mirrored**, not run (`System::run_script`): Lua
 //!   cannot run here. ACQUIRE (`SET NX PX` + set-if-greater epoch, probe mode), RENEW (PEXPIRE
-//!   ours / heal a missing key / set-if-greater epoch), RELEASE (token-checked delete), and
-//!   ATTEST (`System::attestations`: request, pending + vouch in one step, check; each a clock
-//!   reading, taken instantly; requests kept until the node restarts).
+//!   ours where that lengthens it / heal a missing key / set-if-greater epoch), RELEASE
+//!   (token-checked delete), and ATTEST (`System::attestations`: request, pending + vouch in
+//!   one step, check; each a clock reading, taken instantly; requests kept until the node
+//!   restarts).
 //! - **The elector is the binary's own** ([`redlock_elector::elector::machine::Machine`], the
 //!   sans-IO state machine the driver runs in production): each sidecar holds one, the model
 //!   hands it round results, notices, step-down requests and timer wakes at the sidecar's
@@ -107,7 +108,9 @@
 //!   model's drift is then `Policy::term_margin`) and `Defences.proof_continuity`
 //!   (`Policy.proof_continuity_check`). Finding 1: `proof_between_steps_needs_proof_continuity`
 //!   (three sidecars); finding 2: `small_steps_over_gaps_need_the_span_check`; finding 3:
-//!   `slow_bases_need_the_span_check`. Each off (found) and on (holds).
+//!   `slow_bases_need_the_span_check`. Each off (found) and on (holds). Finding 9 (the CI
+//!   fault schedule's): a renewal between a backward step and its undo,
+//!   `renewal_between_steps_needs_lengthening_only` (`Defences.renewal_lengthens_only`).
 //!
 //! ## Bounds and searches
 //! Per test below; `docs/model.md` has the numbers (states, depth, time). With the blind band
@@ -1649,6 +1652,53 @@ model_test! {
         assert_eq!(check("a step between instant readings, span check off", instant, true), None);
         if let Some(trace) = check("a step between slow bases, defence on", slow_bases(all_but(|d| d.span = true)), false) {
             panic!("finding 3: violation with every defence on:\n{trace}");
+        }
+    }
+}
+
+/// Finding 9's system (issue 52; found by the CI fault schedule, `FAULT_SEED=1`): A may start
+/// in units 0 to 2 (two rounds: its acquire and one renewal), B in unit 5 only; prompt links,
+/// horizon 6. Nodes 0 and 1 step back 8 units in unit 1 and forward 8 units in unit 3
+/// (scheduled). B reads every node every 4 units (its history, and at 4): before the backward
+/// step and after the forward one, never between them.
+fn renewal_between_steps(defences: Defences) -> System {
+    let mut sys = System::new(6, faults(0, |_| {}), defences);
+    sys.read_every = Some(vec![0, 4]);
+    sys.max_rounds = 2;
+    sys.prompt = true;
+    sys.starts = Some(vec![vec![(0, 3)], vec![(5, 6)]]);
+    sys.steps = steps_on_two_nodes(&[(1, -8.0), (3, 8.0)]);
+    sys
+}
+
+model_test! {
+    /// (13) Finding 9 (issue 52, the CI fault schedule's): a renewal between a backward step
+    /// and its undo ([`renewal_between_steps`]). A acquires at 0 (lead 0.801, deadline 7.197)
+    /// and leads from 1. Nodes 0 and 1 step back 8 units in unit 1; A's renewal at 1 or 2 runs
+    /// there, and each sets A's key to its now + ttl (wall 3 or 4), where A's acquire put it at
+    /// 10. A's watch sees the step and counts neither node: the renewal fails and A leads on to
+    /// its acquire's deadline. The nodes step forward 8 units in unit 3, and the keys there end
+    /// at 3 or 4 of real time. B's watch read the nodes at 0 and at 4 (net zero): at 5 it wins
+    /// nodes 0 and 1, holds 0.801 and leads at 6 beside A. With renewals that only lengthen a
+    /// key (`PEXPIRE` only where `PTTL` < ttl) the keys keep their expiry of 10 and B cannot win.
+    fn renewal_between_steps_needs_lengthening_only() {
+        let off = renewal_between_steps(all_but(|d| d.renewal_lengthens_only = false));
+        let trace = check("a renewal between steps, defence off", off.clone(), true)
+            .expect("finding 9: no violation found with renewals that may shorten a key");
+        assert!(trace.contains("is_leader: true"), "{trace}");
+        assert!(trace.contains("steps backward"), "{trace}");
+        assert!(trace.contains("steps forward"), "{trace}");
+        assert!(trace.contains("A starts a renewal"), "{trace}");
+        // The renewal (at 1 or 2) shortened A's key on a stepped node from 10.
+        assert!(
+            ["A#1 until 3.000", "A#1 until 4.000"].iter().any(|k| trace.contains(k)),
+            "{trace}"
+        );
+        // The control: the same steps without A's renewal (one round each) cut nothing short.
+        let no_renewal = System { max_rounds: 1, ..off };
+        assert_eq!(check("the steps without a renewal, defence off", no_renewal, true), None);
+        if let Some(trace) = check("a renewal between steps, defence on", renewal_between_steps(Defences::ALL), false) {
+            panic!("finding 9: violation with every defence on:\n{trace}");
         }
     }
 }

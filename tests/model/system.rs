@@ -131,6 +131,11 @@ pub struct Defences {
     /// by itself or through a vouch, and a vouched watch younger than a window adds the largest
     /// band a voucher's reading can have. Off: a proof counts from the watch's first reading.
     pub proof_continuity: bool,
+    /// A renewal only lengthens a key (finding 9, the RENEW script's `PEXPIRE` only where
+    /// `PTTL` < ttl; `--unsafe-allow-renewal-to-shorten` in the binary): the key keeps the later
+    /// of its expiry and the node's now + ttl, so its expiry on the node's clock never
+    /// decreases. Off: now + ttl, which is earlier while the node's clock is stepped back.
+    pub renewal_lengthens_only: bool,
 }
 
 impl Defences {
@@ -154,6 +159,7 @@ impl Defences {
         // units: 11.05 units of margin) and switch it on.
         span: false,
         proof_continuity: true,
+        renewal_lengthens_only: true,
     };
 }
 
@@ -349,7 +355,8 @@ pub enum Req {
         /// `proof` mode: take the key only on a release proof for this sidecar.
         on_proof: bool,
     },
-    /// RENEW: PEXPIRE ours, or heal a lost key with SET NX; set-if-greater epoch on 1 or 2.
+    /// RENEW: PEXPIRE ours (where it lengthens the key: [`Defences::renewal_lengthens_only`]),
+    /// or heal a lost key with SET NX; set-if-greater epoch on 1 or 2.
     /// `guarded`: KEYS[3] is the reservation key, so a missing key is not healed while a
     /// reservation exists (3); false under the test-only switch (a key that never exists).
     Renew {
@@ -1620,7 +1627,15 @@ impl System {
                     Some(_) => 0,
                 };
                 if res == 1 || res == 2 {
-                    r.key = Some((value, wall + ttl_us));
+                    // Finding 9: a renewal read while the node's clock is stepped back would
+                    // end the key before the deadline it rests on once the step is undone.
+                    let expiry = match (r.key, res) {
+                        (Some((_, exp)), 1) if self.defences.renewal_lengthens_only => {
+                            exp.max(wall + ttl_us)
+                        }
+                        _ => wall + ttl_us,
+                    };
+                    r.key = Some((value, expiry));
                     if token > r.epoch {
                         r.epoch = token;
                     }
