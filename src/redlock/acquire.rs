@@ -230,6 +230,8 @@ impl Redlock {
             .await;
         if named {
             outcome::log_lost_named(&self.nodes, &outcomes);
+        } else if can_win {
+            outcome::log_lost(&self.nodes, &outcomes);
         }
         self.release(&value, Notice::Silent).await;
         self.lost(replies, stragglers, tally.quorum)

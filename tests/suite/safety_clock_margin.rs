@@ -68,7 +68,8 @@ struct Poller {
 }
 
 impl Poller {
-    fn start(port: u16, key: &'static str) -> Poller {
+    /// `pause` between reads: none where a value may live only briefly.
+    fn start(port: u16, key: &'static str, pause: Duration) -> Poller {
         let watching = Arc::new(AtomicBool::new(true));
         let w = watching.clone();
         let thread = std::thread::spawn(move || {
@@ -79,6 +80,7 @@ impl Poller {
                 {
                     seen.push(v);
                 }
+                std::thread::sleep(pause);
             }
             seen
         });
@@ -189,7 +191,7 @@ fn proof_across_a_hidden_step(defence: bool) -> Option<Run> {
         return None;
     }
     let checker = Checker::start(&[long[0].api_port, long[1].api_port, a.api_port]);
-    let reservations = Poller::start(nodes[Y].port, RESERVATION);
+    let reservations = Poller::start(nodes[Y].port, RESERVATION, Duration::ZERO);
     let stepped_down = Instant::now();
     let answer = http("POST", p.api_port, "/leader/step-down");
     assert_eq!(
@@ -208,6 +210,8 @@ fn proof_across_a_hidden_step(defence: bool) -> Option<Run> {
     proxy.set(A, Y, CUT);
     nodes[X].jump_clock(STEP_MS);
     nodes[Y].jump_clock(STEP_MS);
+    // The holders of X and Y from here on, for the report if no overlap shows.
+    let holders = [X, Y].map(|n| Poller::start(nodes[n].port, KEY, Duration::from_millis(5)));
     for n in [X, Y] {
         proxy.reset(bi, n);
         proxy.set(bi, n, LinkFault::default());
@@ -235,6 +239,7 @@ fn proof_across_a_hidden_step(defence: bool) -> Option<Run> {
     }
     std::thread::sleep(Duration::from_millis(300));
     let obs = checker.finish();
+    let holders = holders.map(Poller::stop);
     let named = p
         .logs()
         .lines()
@@ -249,7 +254,10 @@ fn proof_across_a_hidden_step(defence: bool) -> Option<Run> {
         named,
         a_led,
         reservations,
-        logs: logs(p, b, &a),
+        logs: format!(
+            "X and Y held after the undo by {holders:?}\n{}",
+            logs(p, b, &a)
+        ),
     })
 }
 

@@ -55,16 +55,30 @@ impl Outcome {
     }
 }
 
-/// Warn that a named successor's attempt lost, with each node's answer (in the nodes' order).
-pub(super) fn log_lost_named(nodes: &[Arc<Node>], outcomes: &[Outcome]) {
+/// Each node's answer, in the nodes' order, for the log.
+fn answers(nodes: &[Arc<Node>], outcomes: &[Outcome]) -> String {
     let nodes: Vec<String> = nodes
         .iter()
         .zip(outcomes)
         .map(|(n, o)| format!("{}: {}", n.name(), o.as_str()))
         .collect();
+    nodes.join(", ")
+}
+
+/// Warn that a named successor's attempt lost, with each node's answer.
+pub(super) fn log_lost_named(nodes: &[Arc<Node>], outcomes: &[Outcome]) {
     tracing::warn!(
-        nodes = %nodes.join(", "),
+        nodes = %answers(nodes, outcomes),
         "named by the release notice, but the attempt did not win a quorum; if a quorum does not count this sidecar's votes yet, it leads when its clock watch ends or another follower does"
+    );
+}
+
+/// At debug level, any other attempt that could have won and lost, with each node's answer:
+/// why a follower that counts a quorum still does not lead.
+pub(super) fn log_lost(nodes: &[Arc<Node>], outcomes: &[Outcome]) {
+    tracing::debug!(
+        nodes = %answers(nodes, outcomes),
+        "the attempt did not win a quorum"
     );
 }
 

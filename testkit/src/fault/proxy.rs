@@ -159,14 +159,19 @@ async fn serve(
     let (mut cr, mut cw) = client.into_split();
     let (mut br, mut bw) = backend.into_split();
     tokio::select! {
-        // The sidecar closed: what it sent has been delivered (or is held by a blackhole).
-        _ = pump(&mut cr, &mut bw, fault.clone(), true) => {}
-        // The node closed (killed, restarted): close the sidecar's side now.
-        _ = pump(&mut br, &mut cw, fault, false) => {}
+        // A reset first: a test that resets a link and then heals its blackhole (one call after
+        // the other) must see the held bytes dropped with the connection, never delivered. Polled
+        // in random order, a busy runtime that woke for both at once flushed them half the time:
+        // a follower's timed-out SET NX ran after the heal and held the key for a ttl.
+        biased;
         _ = reset.changed() => {
             let _ = cr.as_ref().set_zero_linger();
             let _ = br.as_ref().set_zero_linger();
         }
+        // The sidecar closed: what it sent has been delivered (or is held by a blackhole).
+        _ = pump(&mut cr, &mut bw, fault.clone(), true) => {}
+        // The node closed (killed, restarted): close the sidecar's side now.
+        _ = pump(&mut br, &mut cw, fault, false) => {}
     }
 }
 
