@@ -172,7 +172,9 @@ fn a_named_successor_that_is_gone_delays_the_handover_by_at_most_the_grace() {
     // loaded machine. Without the notice b would wait for its retry or the key's expiry (1 s).
     assert!(
         took < GRACE + Duration::from_millis(300),
-        "handover with a gone successor took {took:?}, more than the grace ({GRACE:?}) allows"
+        "handover with a gone successor took {took:?}, more than the grace ({GRACE:?}) allows\n\
+         --- a:\n{log}--- b:\n{}",
+        b.logs()
     );
 }
 
