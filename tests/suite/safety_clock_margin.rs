@@ -144,13 +144,7 @@ fn proof_across_a_hidden_step(defence: bool) -> Option<Run> {
     for s in &long {
         s.wait_eligible(TTL * 2);
     }
-    let (pi, bi) = match wait_for(TTL, Duration::from_millis(10), || {
-        sole_leader(&[&long[0], &long[1]])
-    }) {
-        Some(0) => (0, 1),
-        Some(_) => (1, 0),
-        None => panic!("neither long-running sidecar led"),
-    };
+    let (pi, bi) = leader_and_follower([&long[0], &long[1]], TTL);
     let (p, b) = (&long[pi], &long[bi]);
 
     common::just_after_renewal(&nodes[Y], KEY, TTL);

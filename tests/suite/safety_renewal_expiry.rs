@@ -70,13 +70,7 @@ fn renewal_between_steps(defence: bool) -> Run {
     for s in &both {
         s.wait_eligible(TTL * 2);
     }
-    let (pi, bi) = match wait_for(TTL, Duration::from_millis(10), || {
-        sole_leader(&[&both[0], &both[1]])
-    }) {
-        Some(0) => (0, 1),
-        Some(_) => (1, 0),
-        None => panic!("neither sidecar led"),
-    };
+    let (pi, bi) = leader_and_follower([&both[0], &both[1]], TTL);
     let (p, b) = (&both[pi], &both[bi]);
     let logs = || {
         format!(

@@ -354,6 +354,16 @@ pub fn sole_leader(sidecars: &[&Sidecar]) -> Option<usize> {
     (leaders.len() == 1).then(|| leaders[0])
 }
 
+/// Of two sidecars, which leads and which follows, once one of them alone leads (within
+/// `within`): `(leader, follower)` as indices into `pair`.
+pub fn leader_and_follower(pair: [&Sidecar; 2], within: Duration) -> (usize, usize) {
+    match wait_for(within, Duration::from_millis(10), || sole_leader(&pair)) {
+        Some(0) => (0, 1),
+        Some(_) => (1, 0),
+        None => panic!("neither {} nor {} led", pair[0].identity, pair[1].identity),
+    }
+}
+
 /// The sum of the `/metrics` samples whose line passes `keep`.
 pub fn metric_sum_where(s: &Sidecar, keep: impl Fn(&str) -> bool) -> f64 {
     let (_, text) = http("GET", s.ops_port, "/metrics").expect("/metrics");
