@@ -62,15 +62,18 @@ if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",rollout,"* ]]; th
   cargo test --locked --release --test suite -- --ignored --nocapture --test-threads=1 \
     cp_real_rolling_updates_ 2>&1 | grep -E '^\[figure\]|^test result' >&2
 fi
-# On the real node (scripts/control-plane.sh up --node: containerd, kubelet, the sidecar from the
-# image scripts/image.sh builds): `kubectl delete pod` of the leader to the leader Service's
-# EndpointSlice listing only the new leader's pod, p50/p99 over 10 rounds (the test in
-# tests/suite/control_plane_node.rs). Full runs only, or `--only real-node`; needs root.
+# On the real node (scripts/control-plane.sh up --node: containerd, kubelet, kube-proxy, the
+# sidecar from the image scripts/image.sh builds): the leader Service's endpoints on the label
+# route and on the sidecar route side by side, REAL_NODE_ROUNDS (default 20) handovers of each
+# kind (step-down, SIGTERM, kubectl delete pod, rollout restart) on each: term start -> the slice
+# lists only the new leader, the time it lists nobody, term start -> the cluster IP answers from
+# the new leader (tests/suite/control_plane_traffic.rs). Full runs only, or `--only real-node`;
+# needs root.
 if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",real-node,"* ]]; then
-  echo "== EndpointSlice switch after kubectl delete pod of the leader, real node (10 rounds)" >&2
+  echo "== Traffic follows the leader, real node: label route and sidecar route (${REAL_NODE_ROUNDS:-20} rounds of 4 kinds each)" >&2
   scripts/control-plane.sh build > /dev/null
   cargo test --locked --release --test suite -- --ignored --nocapture --test-threads=1 \
-    cp_real_node_endpoint_switch_after_deleting_the_leader 2>&1 | grep -E '^\[figure\]|^test result' >&2
+    cp_real_node_traffic_follows_the_leader 2>&1 | grep -E '^\[figure\]|^test result' >&2
   # lease.followApp on the real node: an exec readiness probe fails, every app fails, an app
   # crash-loops (the test CI runs too; its figures: probe -> not ready -> handover, the Service).
   echo "== Leadership follows the app, real node (readiness probe, crash loop)" >&2

@@ -38,6 +38,8 @@ use kube::api::ListParams;
 
 #[path = "control_plane_docs.rs"]
 mod docs;
+#[path = "control_plane_traffic.rs"]
+mod traffic;
 
 const NS: &str = "real";
 const RELEASE: &str = "el";
@@ -113,6 +115,20 @@ impl RealNode {
     /// [`RealNode::install`] with `config` added under `config:` (2-space indented lines), `app`
     /// under `app:` (the image is set here) and `workload` under `workload:`.
     fn install_with(&self, replicas: u32, config: &str, app: &str, workload: &str) {
+        self.install_in(NS, replicas, config, app, workload, "");
+    }
+
+    /// [`RealNode::install_with`] in namespace `ns` (created here), with `top` appended to the
+    /// values (top-level keys).
+    fn install_in(
+        &self,
+        ns: &str,
+        replicas: u32,
+        config: &str,
+        app: &str,
+        workload: &str,
+        top: &str,
+    ) {
         let image = sidecar_image();
         let (bb_repo, bb_tag) = BUSYBOX.rsplit_once(':').unwrap();
         let eps: Vec<String> = self
@@ -127,14 +143,14 @@ impl RealNode {
                  workload:\n  replicas: {replicas}\n{workload}\
                  config:\n  redis:\n    endpoints:\n{}\n{config}\
                  app:\n  image:\n    repository: {bb_repo}\n    tag: \"{bb_tag}\"\n    pullPolicy: Never\n{app}\
-                 \x20 ports:\n    - name: http\n      containerPort: 8080\n",
+                 \x20 ports:\n    - name: http\n      containerPort: 8080\n{top}",
                 image.repository(),
                 image.tag(),
                 eps.join("\n")
             ),
         )
         .unwrap();
-        self.cp.kubectl(&["create", "namespace", NS]);
+        self.cp.kubectl(&["create", "namespace", ns]);
         let chart = cluster::repo().join("charts/redlock-elector");
         let t0 = Instant::now();
         self.cp.helm(&[
@@ -142,7 +158,7 @@ impl RealNode {
             RELEASE,
             chart.to_str().unwrap(),
             "-n",
-            NS,
+            ns,
             "-f",
             self.values.to_str().unwrap(),
             "--wait",

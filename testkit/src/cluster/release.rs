@@ -211,3 +211,104 @@ pub fn watch_roles(cp: &ControlPlane, ns: &str) -> Arc<Mutex<Vec<(String, String
     });
     seen
 }
+
+/// One state of a Service's endpoints, as a watch of its EndpointSlices delivered it: when it
+/// arrived (this host's wall clock, which the pods share) and the ready addresses of every slice
+/// of the Service together.
+#[derive(Clone, Debug)]
+pub struct SliceState {
+    pub at: k8s_openapi::jiff::Timestamp,
+    pub addresses: std::collections::BTreeSet<String>,
+}
+
+/// Record every change of the ready addresses of `service`'s EndpointSlices in `ns` (selected by
+/// `kubernetes.io/service-name`, whichever controller or sidecar writes them), from now on. The
+/// watch is resumed from the last resourceVersion when the server ends it, so it lasts a
+/// benchmark of any length; a watch that cannot resume (410 Gone) starts again from a list.
+pub fn watch_slices(cp: &ControlPlane, ns: &str, service: &str) -> Arc<Mutex<Vec<SliceState>>> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use std::collections::{BTreeMap, BTreeSet};
+    let seen: Arc<Mutex<Vec<SliceState>>> = Default::default();
+    let api: Api<EndpointSlice> = Api::namespaced(cp.client.clone(), ns);
+    let sel = format!("kubernetes.io/service-name={service}");
+    let ready = |s: &EndpointSlice| -> BTreeSet<String> {
+        s.endpoints
+            .iter()
+            .flatten()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+            .flat_map(|e| e.addresses.clone())
+            .collect()
+    };
+    let out = seen.clone();
+    cp.rt.spawn(async move {
+        let mut slices: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut rv = String::new();
+        loop {
+            if rv.is_empty() {
+                let Ok(list) = api.list(&ListParams::default().labels(&sel)).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                slices = list
+                    .items
+                    .iter()
+                    .map(|s| (s.metadata.name.clone().unwrap_or_default(), ready(s)))
+                    .collect();
+                rv = list.metadata.resource_version.unwrap_or_default();
+                record(&out, &slices);
+            }
+            let wp = WatchParams::default().labels(&sel).timeout(290);
+            let Ok(stream) = api.watch(&wp, &rv).await else {
+                rv.clear();
+                continue;
+            };
+            let mut stream = stream.boxed();
+            while let Some(ev) = stream.next().await {
+                let (name, addrs, version) = match ev {
+                    Ok(WatchEvent::Added(s)) | Ok(WatchEvent::Modified(s)) => (
+                        s.metadata.name.clone().unwrap_or_default(),
+                        Some(ready(&s)),
+                        s.metadata.resource_version.clone(),
+                    ),
+                    Ok(WatchEvent::Deleted(s)) => (
+                        s.metadata.name.clone().unwrap_or_default(),
+                        None,
+                        s.metadata.resource_version.clone(),
+                    ),
+                    Ok(WatchEvent::Bookmark(b)) => {
+                        rv = b.metadata.resource_version;
+                        continue;
+                    }
+                    // 410 Gone and the like: start again from a list.
+                    Ok(WatchEvent::Error(_)) | Err(_) => {
+                        rv.clear();
+                        break;
+                    }
+                };
+                if let Some(v) = version {
+                    rv = v;
+                }
+                match addrs {
+                    Some(a) => slices.insert(name, a),
+                    None => slices.remove(&name),
+                };
+                record(&out, &slices);
+            }
+        }
+    });
+    seen
+}
+
+/// Append the union of `slices`' addresses to `out` if it differs from the last state recorded.
+fn record(
+    out: &Mutex<Vec<SliceState>>,
+    slices: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) {
+    let at = k8s_openapi::jiff::Timestamp::now();
+    let addresses: std::collections::BTreeSet<String> =
+        slices.values().flatten().cloned().collect();
+    let mut o = out.lock().unwrap();
+    if o.last().is_none_or(|l| l.addresses != addresses) {
+        o.push(SliceState { at, addresses });
+    }
+}

@@ -1,0 +1,396 @@
+//! Traffic follows the leader (issue 54), on the real node: the leader Service's endpoints
+//! written by the EndpointSlice controller from the role label (`leaderService.endpoints:
+//! label`), side by side with the ones the leader's sidecar writes itself (`sidecar`).
+//!
+//! Each route gets the same rounds, in turn: a step-down (`POST /leader/step-down`), SIGTERM to
+//! the leader's sidecar (the kubelet restarts it), `kubectl delete pod` of the leader and
+//! `kubectl rollout restart`. Round-robin, so no pod collects the kubelet's restart back-off.
+//! From outside the product:
+//! - a watch of the Service's EndpointSlices, stamped as each state arrives here;
+//! - a prober in the node's network namespace sending `GET /` to the Service's cluster IP
+//!   through the real kube-proxy, about every 10 ms; the app answers its pod's name.
+//!
+//! Per handover: the new leader's term start (its sidecar's own log line, on the host's clock,
+//! which the pods share) to the first slice state listing only it, the time the slice listed
+//! nobody before that, and the first answer from its app through the cluster IP. On the
+//! sidecar route the slice must never list two pods, in any state the watch saw.
+
+use super::*;
+
+use cluster::release::{SliceState, watch_slices};
+use k8s_openapi::api::core::v1::Service;
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// The lease's ttl here: a fresh pod watches the nodes' clocks for a ttl before it counts, so a
+/// short ttl keeps 80 rounds within minutes. What is measured (term start to endpoints) does
+/// not depend on it.
+const TRAFFIC_TTL: &str = "4s";
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    StepDown,
+    Sigterm,
+    DeletePod,
+    RolloutRestart,
+}
+
+const KINDS: [Kind; 4] = [
+    Kind::StepDown,
+    Kind::Sigterm,
+    Kind::DeletePod,
+    Kind::RolloutRestart,
+];
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::StepDown => "step-down",
+            Kind::Sigterm => "SIGTERM to the sidecar",
+            Kind::DeletePod => "kubectl delete pod",
+            Kind::RolloutRestart => "kubectl rollout restart",
+        }
+    }
+}
+
+/// One handover: what set it off, when, who led before, who led after and the pod IPs.
+struct Round {
+    kind: Kind,
+    t0: Timestamp,
+    next: String,
+    next_ip: String,
+    term_start: Timestamp,
+}
+
+/// The prober: `GET /` on the Service's cluster IP from the node's network namespace, in a loop;
+/// each answer stamped with the host's clock (`$EPOCHREALTIME`, no process per stamp).
+struct Prober {
+    child: Child,
+    seen: Arc<Mutex<Vec<(Timestamp, String)>>>,
+}
+
+impl Prober {
+    fn start(node_pid: u32, ip: &str) -> Prober {
+        let script = format!(
+            "while :; do b=$(curl -s --max-time 0.3 http://{ip}:80/ 2>/dev/null); \
+             echo \"$EPOCHREALTIME ${{b:--}}\"; done"
+        );
+        let mut child = Command::new("nsenter")
+            .args([
+                "-t",
+                &node_pid.to_string(),
+                "-n",
+                "--",
+                "bash",
+                "-c",
+                &script,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nsenter, bash and curl (the real node's prerequisites)");
+        let out = child.stdout.take().unwrap();
+        let seen: Arc<Mutex<Vec<(Timestamp, String)>>> = Default::default();
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let Some((t, body)) = line.split_once(' ') else {
+                    continue;
+                };
+                let Some((sec, usec)) = t.split_once('.') else {
+                    continue;
+                };
+                let (Ok(sec), Ok(usec)) = (sec.parse::<i64>(), usec.parse::<i64>()) else {
+                    continue;
+                };
+                let Ok(at) = Timestamp::from_microsecond(sec * 1_000_000 + usec) else {
+                    continue;
+                };
+                s.lock().unwrap().push((at, body.trim().to_string()));
+            }
+        });
+        Prober { child, seen }
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A process in the node's network namespace (where kube-proxy's rules are): kube-proxy's own.
+fn node_netns_pid() -> u32 {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "kube-proxy")
+        })
+        .expect("kube-proxy runs on the real node")
+}
+
+/// The first "became leader" of `pod`'s sidecar at or after `after`: its own timestamp.
+fn term_start(rn: &RealNode, pod: &str, after: Timestamp) -> Option<Timestamp> {
+    rn.cp
+        .pod_log(&rn.ns, pod, SIDECAR)
+        .lines()
+        .filter(|l| l.contains("\"became leader\""))
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l[l.find('{')?..]).ok()?;
+            v["timestamp"].as_str()?.parse::<Timestamp>().ok()
+        })
+        .find(|t| *t >= after)
+}
+
+/// Set off one handover of `kind` from the settled leader `old`.
+fn hand_over(rn: &RealNode, kind: Kind, old: &str) {
+    let cp = &rn.cp;
+    let deployment = format!("deployment/{RELEASE}-redlock-elector");
+    match kind {
+        Kind::StepDown => {
+            let pid = sidecar_pid(cp, &rn.pod(old)).expect("the leader's sidecar runs");
+            let out = Command::new("nsenter")
+                .args(["-t", &pid.to_string(), "-n", "--"])
+                .args(["curl", "-sf", "--max-time", "5", "-X", "POST"])
+                .arg("http://127.0.0.1:4040/leader/step-down")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "POST /leader/step-down to {old}: {out:?}"
+            );
+        }
+        Kind::Sigterm => {
+            let pid = sidecar_pid(cp, &rn.pod(old)).expect("the leader's sidecar runs");
+            let st = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .unwrap();
+            assert!(st.success(), "kill -TERM {pid}");
+        }
+        Kind::DeletePod => {
+            cp.kubectl(&["delete", "pod", old, "-n", &rn.ns, "--wait=false"]);
+        }
+        Kind::RolloutRestart => {
+            cp.kubectl(&["rollout", "restart", &deployment, "-n", &rn.ns]);
+        }
+    }
+}
+
+/// Percentile `p` of `v` (sorted here), nearest rank.
+fn pct(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(from: Timestamp, to: Timestamp) -> f64 {
+    from.duration_until(to).as_secs_f64() * 1000.0
+}
+
+/// The figures of one handover, from the recorded slice states and answers.
+struct Measured {
+    /// Term start → the first slice state listing only the new leader.
+    slice_ms: Option<f64>,
+    /// How long the slice listed nobody just before that.
+    none_ms: f64,
+    /// Term start → the first answer of the new leader's app through the cluster IP.
+    traffic_ms: Option<f64>,
+}
+
+fn measure(r: &Round, slices: &[SliceState], answers: &[(Timestamp, String)]) -> Measured {
+    let only = std::collections::BTreeSet::from([r.next_ip.clone()]);
+    // The state listing only the new leader, the first since the action set the handover off.
+    let at = slices
+        .iter()
+        .position(|s| s.at >= r.t0 && s.addresses == only);
+    let slice_ms = at.map(|i| ms(r.term_start, slices[i].at));
+    let none_ms = at
+        .map(|i| {
+            let mut j = i;
+            while j > 0 && slices[j - 1].addresses.is_empty() && slices[j - 1].at >= r.t0 {
+                j -= 1;
+            }
+            if j == i {
+                0.0
+            } else {
+                ms(slices[j].at, slices[i].at)
+            }
+        })
+        .unwrap_or(0.0);
+    let traffic_ms = answers
+        .iter()
+        .find(|(t, b)| *t >= r.term_start && *b == r.next)
+        .map(|(t, _)| ms(r.term_start, *t));
+    Measured {
+        slice_ms,
+        none_ms,
+        traffic_ms,
+    }
+}
+
+/// Install the chart in `ns` on `route`, run `rounds` of every kind, and print the figures;
+/// returns how many slice states listed more than one pod.
+fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, usize) {
+    let top = format!("leaderService:\n  endpoints: {route}\n");
+    rn.install_in(
+        ns,
+        2,
+        &format!("  lease:\n    ttl: {TRAFFIC_TTL}\n"),
+        // The app answers its pod's name on 8080 (busybox httpd), and stops on SIGTERM.
+        "  command: [sh, -c, 'mkdir -p /tmp/www && hostname > /tmp/www/index.html && \
+         httpd -f -p 8080 -h /tmp/www & trap \"exit 0\" TERM; echo app: started; \
+         while true; do sleep 1 & wait $!; done']\n",
+        "",
+        &top,
+    );
+    let rn = rn.workload(
+        ns,
+        &format!("app.kubernetes.io/instance={RELEASE}"),
+        &format!("{RELEASE}-redlock-elector-leader"),
+    );
+    let svc: Api<Service> = Api::namespaced(rn.cp.client.clone(), ns);
+    let ip = rn
+        .cp
+        .block_on(svc.get(&rn.service))
+        .unwrap()
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("the leader Service has a cluster IP");
+    let slices = watch_slices(&rn.cp, ns, &rn.service);
+    let prober = Prober::start(node_netns_pid(), &ip);
+    let mut done: Vec<Round> = vec![];
+    for i in 0..rounds {
+        for kind in KINDS {
+            let old = rn.settled(2, Duration::from_secs(180));
+            rn.slice_lists_only(&old, Duration::from_secs(30));
+            let t0 = Timestamp::now();
+            hand_over(&rn, kind, &old);
+            let next = wait_for(Duration::from_secs(60), Duration::from_millis(5), || {
+                rn.sidecar_leader().filter(|l| *l != old)
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{route}, round {i}, {}: no other pod led after {old}:\n{}",
+                    kind.name(),
+                    rn.logs()
+                )
+            });
+            let next_ip = pod_ip(&rn.pod(&next));
+            let term_start = wait_for(Duration::from_secs(10), Duration::from_millis(50), || {
+                term_start(&rn, &next, t0)
+            })
+            .unwrap_or_else(|| panic!("{next} leads but logged no term start after {t0}"));
+            if kind == Kind::RolloutRestart {
+                rn.cp.kubectl(&[
+                    "rollout",
+                    "status",
+                    &format!("deployment/{RELEASE}-redlock-elector"),
+                    "-n",
+                    ns,
+                    "--timeout=300s",
+                ]);
+            }
+            if kind == Kind::StepDown {
+                // The one that stepped down does not contend for a ttl: let it come back first,
+                // so the next round's leader has a successor.
+                std::thread::sleep(humantime::parse_duration(TRAFFIC_TTL).unwrap());
+            }
+            done.push(Round {
+                kind,
+                t0,
+                next,
+                next_ip,
+                term_start,
+            });
+        }
+    }
+    // The last answers of the last round, then the figures.
+    std::thread::sleep(Duration::from_secs(3));
+    let states = slices.lock().unwrap().clone();
+    let answers = prober.seen.lock().unwrap().clone();
+    drop(prober);
+    let two = states.iter().filter(|s| s.addresses.len() > 1).count();
+    let f = |v: &[f64]| {
+        if v.is_empty() {
+            "none measured".to_string()
+        } else {
+            format!(
+                "p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (n {})",
+                pct(v, 0.5),
+                pct(v, 0.99),
+                pct(v, 1.0),
+                v.len()
+            )
+        }
+    };
+    let mut all_slice = vec![];
+    for kind in KINDS {
+        let m: Vec<Measured> = done
+            .iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| measure(r, &states, &answers))
+            .collect();
+        let slice: Vec<f64> = m.iter().filter_map(|m| m.slice_ms).collect();
+        let none: Vec<f64> = m.iter().map(|m| m.none_ms).collect();
+        let traffic: Vec<f64> = m.iter().filter_map(|m| m.traffic_ms).collect();
+        all_slice.extend(slice.iter().copied());
+        let what = format!("real node, {route} route, {}", kind.name());
+        report(
+            &format!("{what}: term start -> the slice lists only the new leader"),
+            f(&slice),
+        );
+        report(
+            &format!("{what}: the slice listed nobody before it"),
+            f(&none),
+        );
+        report(
+            &format!("{what}: term start -> the cluster IP answers from the new leader's app"),
+            f(&traffic),
+        );
+        let missed = m.len() - slice.len();
+        if missed > 0 {
+            report(
+                &format!("{what}: handovers whose slice never listed only the new leader"),
+                missed,
+            );
+        }
+    }
+    report(
+        &format!(
+            "real node, {route} route, every kind: term start -> the slice lists only the new leader"
+        ),
+        f(&all_slice),
+    );
+    report(
+        &format!("real node, {route} route: slice states seen, states listing two pods or more"),
+        format!("{}, {two}", states.len()),
+    );
+    rn.cp.helm(&["uninstall", RELEASE, "-n", ns, "--wait"]);
+    (rn, two)
+}
+
+/// `./scripts/bench.sh --only real-node`: the label route and the sidecar route side by side,
+/// `REAL_NODE_ROUNDS` (default 20) handovers of each kind on each.
+#[test]
+#[ignore = "benchmark: ./scripts/bench.sh --only real-node (about 30 minutes)"]
+fn cp_real_node_traffic_follows_the_leader() {
+    let rounds: usize = std::env::var("REAL_NODE_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(20);
+    let rn = RealNode::up();
+    let (rn, two_label) = run_route(rn, "route-label", "label", rounds);
+    let (_rn, two_sidecar) = run_route(rn, "route-sidecar", "sidecar", rounds);
+    let _ = two_label;
+    assert_eq!(
+        two_sidecar, 0,
+        "on the sidecar route the slice listed two pods at once"
+    );
+}
