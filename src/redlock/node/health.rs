@@ -176,7 +176,8 @@ impl Node {
             Some(Exclusion::Replica) => return Some((Wait::Replica, None)),
             Some(Exclusion::Evicting(_)) => return Some((Wait::EvictionPolicy, None)),
             Some(Exclusion::Restarted { until })
-                if self.quarantine == super::Quarantine::Enforced && now < *until =>
+                if self.quarantine == super::Quarantine::Enforced
+                    && super::info::quarantine_decides(*until, now, from) =>
             {
                 Wait::RestartQuarantine
             }

@@ -129,6 +129,14 @@ pub fn counts_from_at<T: Ord + Copy>(
     Some(restarted.map_or(clock, |r| r.max(clock)))
 }
 
+/// Whether a restart quarantine running until `until` is why the node does not count at `now`,
+/// given when it counts (`from`, [`counts_from_at`]): only while it decides that moment. A node
+/// whose clock watch ends later waits for the watch (a sidecar started beside a node restarted
+/// a few seconds before it), and `/leader`'s `waiting_for` says so.
+pub fn quarantine_decides<T: Ord + Copy>(until: T, now: T, from: Option<T>) -> bool {
+    now < until && from.is_none_or(|from| until >= from)
+}
+
 /// The exclusion after a fresh INFO reading: a restart quarantine already running at `now` is
 /// never shortened by a later, more relaxed reading.
 pub fn keep_running_quarantine<T: Ord + Copy>(
@@ -207,6 +215,18 @@ mod tests {
             counts_from_at(Some(&Exclusion::Replica), OFF, Some(1)),
             Some(1)
         );
+    }
+
+    #[test]
+    fn the_quarantine_is_the_reason_only_while_it_decides() {
+        // Running, and it ends after the watch: it decides.
+        assert!(quarantine_decides(50, 10, Some(50)));
+        // Running, but the watch ends later (counts from 70): the watch is the reason.
+        assert!(!quarantine_decides(50, 10, Some(70)));
+        // Over.
+        assert!(!quarantine_decides(50, 50, Some(50)));
+        // The watch's end unknown: the running quarantine is the reason.
+        assert!(quarantine_decides(50, 10, None));
     }
 
     #[test]
