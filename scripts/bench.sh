@@ -70,7 +70,7 @@ fi
 # the new leader (tests/suite/control_plane_traffic.rs). Full runs only, or `--only real-node`;
 # needs root.
 if { [ -z "$only" ] && [ "$quick" = 0 ]; } || [[ "$only" == *",real-node,"* ]]; then
-  echo "== Traffic follows the leader, real node: label route and sidecar route (${REAL_NODE_ROUNDS:-20} rounds of 4 kinds each)" >&2
+  echo "== Traffic follows the leader, real node: sidecar route (${REAL_NODE_ROUNDS:-20} rounds of 4 kinds) and label route (half as many, or REAL_NODE_LABEL_ROUNDS)" >&2
   scripts/control-plane.sh build > /dev/null
   cargo test --locked --release --test suite -- --ignored --nocapture --test-threads=1 \
     cp_real_node_traffic_follows_the_leader 2>&1 | grep -E '^\[figure\]|^test result' >&2

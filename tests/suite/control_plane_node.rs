@@ -18,7 +18,9 @@
 //! - a lost node (kubelet and containerd stopped, the pods left running): what the sidecars, the
 //!   label and the leader Service do, printed as figures (docs/operating/real-node.md);
 //! - the install routes as the pages write them (README, install, existing workload): the
-//!   `docs` module, `control_plane_docs.rs`.
+//!   `docs` module, `control_plane_docs.rs`;
+//! - traffic following the leader on the label route and the sidecar route, side by side (a
+//!   benchmark): the `traffic` module, `control_plane_traffic.rs`.
 
 use testkit::cluster;
 use testkit::common;
@@ -751,56 +753,6 @@ fn cp_real_node_lost_node_keeps_one_leader() {
         format!("{:?}", t1.elapsed()),
     );
     assert_eq!(labelled_leaders(cp, NS), std::slice::from_ref(&leader));
-}
-
-/// `./scripts/bench.sh --only real-node`: the EndpointSlice switch after `kubectl delete pod`
-/// of the leader, p50/p99 over 10 rounds.
-#[test]
-#[ignore = "benchmark: ./scripts/bench.sh --only real-node (about 3 minutes)"]
-fn cp_real_node_endpoint_switch_after_deleting_the_leader() {
-    const ROUNDS: usize = 10;
-    let rn = RealNode::up();
-    rn.install(2);
-    let cp = &rn.cp;
-    let mut switches = vec![];
-    let mut handovers = vec![];
-    for _ in 0..ROUNDS {
-        wait_for(Duration::from_secs(120), Duration::from_millis(200), || {
-            (rn.live().len() == 2 && rn.pods().len() == 2).then_some(())
-        })
-        .expect("two pods");
-        // A replacement pod counts no votes for a ttl (it watches the nodes' clocks first) and,
-        // being newest, takes the lead once settled: round starts once both are over, so each
-        // round measures a handover to a pod that can lead at once.
-        let leader = rn.settled(2, Duration::from_secs(90));
-        rn.slice_lists_only(&leader, Duration::from_secs(30));
-        let t0 = Instant::now();
-        cp.kubectl(&["delete", "pod", &leader, "-n", NS, "--wait=false"]);
-        let next = wait_for(Duration::from_secs(30), Duration::from_millis(10), || {
-            let l = rn.sidecar_leader()?;
-            (l != leader).then_some(l)
-        })
-        .expect("another pod leads");
-        handovers.push(t0.elapsed());
-        switches.push(rn.slice_lists_only(&next, Duration::from_secs(30)) - t0);
-    }
-    switches.sort();
-    handovers.sort();
-    let pct = |v: &[Duration], p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
-    report(
-        "real node: kubectl delete pod of the leader -> EndpointSlice lists only the new leader, p50",
-        format!("{:?}", pct(&switches, 0.5)),
-    );
-    report(
-        &format!(
-            "real node: kubectl delete pod of the leader -> EndpointSlice lists only the new leader, p99 ({ROUNDS} rounds)"
-        ),
-        format!("{:?}", pct(&switches, 0.99)),
-    );
-    report(
-        "real node: kubectl delete pod of the leader -> another sidecar leads, p50",
-        format!("{:?}", pct(&handovers, 0.5)),
-    );
 }
 
 /// The app container's (`APP`) host pid, while it runs.

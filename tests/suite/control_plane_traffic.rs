@@ -354,6 +354,27 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
             &format!("{what}: term start -> the cluster IP answers from the new leader's app"),
             f(&traffic),
         );
+        // A handover without an answer from the new leader's app: what the prober got instead.
+        for (r, m) in done.iter().filter(|r| r.kind == kind).zip(&m) {
+            if m.traffic_ms.is_none() {
+                let mut runs: Vec<(String, f64, f64, usize)> = vec![];
+                for (t, b) in answers.iter().filter(|(t, _)| *t >= r.t0) {
+                    let at = ms(r.term_start, *t);
+                    if at > 15_000.0 {
+                        break;
+                    }
+                    match runs.last_mut() {
+                        Some(l) if l.0 == *b => (l.2, l.3) = (at, l.3 + 1),
+                        _ => runs.push((b.clone(), at, at, 1)),
+                    }
+                }
+                eprintln!(
+                    "{route}, {}: no answer from {} after its term start; answers (body, first ms, last ms, count): {runs:?}",
+                    kind.name(),
+                    r.next
+                );
+            }
+        }
         let missed = m.len() - slice.len();
         if missed > 0 {
             report(
@@ -377,7 +398,8 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
 }
 
 /// `./scripts/bench.sh --only real-node`: the label route and the sidecar route side by side,
-/// `REAL_NODE_ROUNDS` (default 20) handovers of each kind on each.
+/// `REAL_NODE_ROUNDS` (default 20) handovers of each kind on the sidecar route and
+/// `REAL_NODE_LABEL_ROUNDS` (default half as many) on the label route.
 #[test]
 #[ignore = "benchmark: ./scripts/bench.sh --only real-node (about 30 minutes)"]
 fn cp_real_node_traffic_follows_the_leader() {
@@ -385,8 +407,13 @@ fn cp_real_node_traffic_follows_the_leader() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(20);
+    // The label route is the comparison: half the rounds unless REAL_NODE_LABEL_ROUNDS says.
+    let label_rounds: usize = std::env::var("REAL_NODE_LABEL_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(rounds.div_ceil(2));
     let rn = RealNode::up();
-    let (rn, two_label) = run_route(rn, "route-label", "label", rounds);
+    let (rn, two_label) = run_route(rn, "route-label", "label", label_rounds);
     let (_rn, two_sidecar) = run_route(rn, "route-sidecar", "sidecar", rounds);
     let _ = two_label;
     assert_eq!(
