@@ -44,6 +44,15 @@ const KINDS: [Kind; 4] = [
 ];
 
 impl Kind {
+    fn key(self) -> &'static str {
+        match self {
+            Kind::StepDown => "step-down",
+            Kind::Sigterm => "sigterm",
+            Kind::DeletePod => "delete",
+            Kind::RolloutRestart => "rollout",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Kind::StepDown => "step-down",
@@ -242,7 +251,14 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
     rn.install_in(
         ns,
         2,
-        &format!("  lease:\n    ttl: {TRAFFIC_TTL}\n"),
+        &format!(
+            "  lease:\n    ttl: {TRAFFIC_TTL}\n{}",
+            if std::env::var_os("REAL_NODE_DEBUG").is_some() {
+                "  log:\n    level: debug\n"
+            } else {
+                ""
+            }
+        ),
         // The app answers its pod's name on 8080 (busybox httpd), and stops on SIGTERM.
         "  command: [sh, -c, 'mkdir -p /tmp/www && hostname > /tmp/www/index.html && \
          httpd -f -p 8080 -h /tmp/www & trap \"exit 0\" TERM; echo app: started; \
@@ -266,8 +282,18 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
     let slices = watch_slices(&rn.cp, ns, &rn.service);
     let prober = Prober::start(node_netns_pid(), &ip);
     let mut done: Vec<Round> = vec![];
+    // REAL_NODE_KINDS=sigterm,step-down,... runs only those kinds (when chasing one).
+    let only = std::env::var("REAL_NODE_KINDS").unwrap_or_default();
+    let kinds: Vec<Kind> = KINDS
+        .into_iter()
+        .filter(|k| only.is_empty() || only.split(',').any(|o| k.key() == o))
+        .collect();
+    let mut ips: std::collections::BTreeMap<String, String> = Default::default();
     for i in 0..rounds {
-        for kind in KINDS {
+        for &kind in &kinds {
+            for p in rn.pods() {
+                ips.insert(pod_ip(&p), name(&p));
+            }
             let old = rn.settled(2, Duration::from_secs(180));
             rn.slice_lists_only(&old, Duration::from_secs(30));
             let t0 = Timestamp::now();
@@ -302,6 +328,40 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
                 // so the next round's leader has a successor.
                 std::thread::sleep(humantime::parse_duration(TRAFFIC_TTL).unwrap());
             }
+            // The next round waits for the cluster IP to answer from this leader (kube-proxy
+            // syncs at most once a second): a round begun sooner deleted a SIGTERM round's new
+            // leader before any request could reach it, 12 times in 20.
+            let answered = wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+                prober
+                    .seen
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|(t, b)| *t >= term_start && *b == next)
+                    .then_some(())
+            });
+            if answered.is_none() {
+                eprintln!(
+                    "{route}, round {i}, {}: the cluster IP did not answer from {next} within 10 s",
+                    kind.name()
+                );
+            }
+            if std::env::var_os("REAL_NODE_DEBUG").is_some() {
+                std::thread::sleep(Duration::from_secs(3));
+                eprintln!("=== {route}, round {i}, {}: {old} -> {next}", kind.name());
+                for p in rn.pods() {
+                    let log = rn.cp.pod_log(ns, &name(&p), SIDECAR);
+                    for l in log.lines().filter(|l| {
+                        l.split_whitespace()
+                            .next()
+                            .and_then(|t| t.parse::<Timestamp>().ok())
+                            >= Some(t0)
+                            && !l.contains("endpoint slice written")
+                    }) {
+                        eprintln!("  {}: {}", name(&p), &l[..l.len().min(400)]);
+                    }
+                }
+            }
             done.push(Round {
                 kind,
                 t0,
@@ -331,7 +391,7 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
         }
     };
     let mut all_slice = vec![];
-    for kind in KINDS {
+    for &kind in &kinds {
         let m: Vec<Measured> = done
             .iter()
             .filter(|r| r.kind == kind)
@@ -368,11 +428,44 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
                         _ => runs.push((b.clone(), at, at, 1)),
                     }
                 }
+                let states: Vec<(f64, Vec<&str>)> = states
+                    .iter()
+                    .filter(|s| s.at >= r.t0 && ms(r.term_start, s.at) < 15_000.0)
+                    .map(|s| {
+                        let who = s
+                            .addresses
+                            .iter()
+                            .map(|a| ips.get(a).map_or(a.as_str(), |n| n.as_str()));
+                        (ms(r.term_start, s.at), who.collect())
+                    })
+                    .collect();
                 eprintln!(
-                    "{route}, {}: no answer from {} after its term start; answers (body, first ms, last ms, count): {runs:?}",
+                    "{route}, {}: no answer from {} after its term start; answers (body, first ms, last ms, count): {runs:?}; slice states (ms, pods): {states:?}",
                     kind.name(),
                     r.next
                 );
+            }
+        }
+        if m.iter().any(|m| m.traffic_ms.is_none()) && std::env::var_os("REAL_NODE_DEBUG").is_some()
+        {
+            for p in rn.pods() {
+                let log = rn.cp.pod_log(ns, &name(&p), SIDECAR);
+                let lines: Vec<&str> = log
+                    .lines()
+                    .filter(|l| {
+                        [
+                            "became leader",
+                            "lost leadership",
+                            "releas",
+                            "endpoint slice",
+                            "SIGTERM",
+                            "hand",
+                        ]
+                        .iter()
+                        .any(|k| l.contains(k))
+                    })
+                    .collect();
+                eprintln!("--- {} ({})\n{}", name(&p), pod_ip(&p), lines.join("\n"));
             }
         }
         let missed = m.len() - slice.len();
