@@ -298,8 +298,11 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
             rn.slice_lists_only(&old, Duration::from_secs(30));
             let t0 = Timestamp::now();
             hand_over(&rn, kind, &old);
+            // Another pod leads, or (SIGTERM) the same pod's restarted sidecar won a term of its
+            // own: a named successor whose attempt fails leaves the lease to whoever wins next.
             let next = wait_for(Duration::from_secs(60), Duration::from_millis(5), || {
-                rn.sidecar_leader().filter(|l| *l != old)
+                rn.sidecar_leader()
+                    .filter(|l| *l != old || term_start(&rn, l, t0).is_some())
             })
             .unwrap_or_else(|| {
                 panic!(
