@@ -311,6 +311,10 @@ fn a_term_that_ends_as_it_starts_starts_no_command() {
         })
         .collect();
     let (i, token) = first_leader(&runs, Duration::from_secs(15));
+    // Step down inside the runner's first wait, not before it read the term: stepped down 1.2 ms
+    // into its term (the poll saw it at once), a runner woken late under 3 busy loops found no
+    // term at all, started nothing and had nothing to report (1 suite run in 5).
+    std::thread::sleep(Duration::from_millis(200));
     let (status, _) = http("POST", runs[i].api_port, "/leader/step-down").expect("step-down");
     assert_eq!(status, 200, "step-down refused:\n{}", runs[i].logs());
     let successor = runs[1 - i].identity.clone();
