@@ -340,10 +340,6 @@ fn watch_endpoints(cp: &ControlPlane, ns: &str, service: &str) -> SliceLog {
     seen
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 #[test]
 fn cp_the_leader_services_endpoints_follow_handovers() {
     const HANDOVERS: usize = 20;
@@ -419,11 +415,11 @@ fn cp_the_leader_services_endpoints_follow_handovers() {
     lat.sort();
     report(
         "handover to EndpointSlice listing only the new leader, p50",
-        format!("{:?}", percentile(&lat, 0.5)),
+        format!("{:?}", nearest_rank(&lat, 0.5)),
     );
     report(
         "handover to EndpointSlice listing only the new leader, p99",
-        format!("{:?}", percentile(&lat, 0.99)),
+        format!("{:?}", nearest_rank(&lat, 0.99)),
     );
     report(
         "handover to EndpointSlice, min / max",

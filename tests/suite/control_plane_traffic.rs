@@ -192,13 +192,6 @@ fn hand_over(rn: &RealNode, kind: Kind, old: &str) {
     }
 }
 
-/// Percentile `p` of `v` (sorted here), nearest rank.
-fn pct(v: &[f64], p: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
 fn ms(from: Timestamp, to: Timestamp) -> f64 {
     from.duration_until(to).as_secs_f64() * 1000.0
 }
@@ -386,9 +379,9 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
         } else {
             format!(
                 "p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (n {})",
-                pct(v, 0.5),
-                pct(v, 0.99),
-                pct(v, 1.0),
+                nearest_rank(v, 0.5),
+                nearest_rank(v, 0.99),
+                nearest_rank(v, 1.0),
                 v.len()
             )
         }

@@ -96,3 +96,11 @@ pub fn cc(src: &str, out: &str, flags: &[&str]) -> std::path::PathBuf {
     std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("install {}: {e}", out.display()));
     out
 }
+
+/// The nearest-rank percentile `p` (0..=1) of `v`, sorted here; the tests' figures (the
+/// benchmark's own `report::pct` interpolates). Panics on an empty `v`.
+pub fn nearest_rank<T: Copy + PartialOrd>(v: &[T], p: f64) -> T {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    s[((s.len() as f64 - 1.0) * p).round() as usize]
+}
