@@ -27,6 +27,9 @@ use kube::Api;
 /// the new term on `/leader` and stop the sidecar before the write goes out.
 const WRITE_DELAY_MS: u64 = 1500;
 
+/// What the sidecar logs when it holds a write for that delay (its read of the slice done).
+const HOLDING: &str = "holding this endpoint slice write";
+
 /// The addresses the slice lists, after each poll.
 type SliceLog = Arc<Mutex<Vec<(Instant, Vec<String>)>>>;
 
@@ -140,6 +143,11 @@ fn pause_with_a_write_in_flight(ns: &str, extra: &[&str]) -> PauseRun {
     let poller = SlicePoller::start(&cp, &rel.ns, &slice);
 
     // A new term begins: the first steps down, another leads, and its write waits the delay.
+    let held_before: Vec<(String, usize)> = rel
+        .live()
+        .iter()
+        .map(|p| (p.name.clone(), p.logs().matches(HOLDING).count()))
+        .collect();
     assert_eq!(rel.kubelet.pod(&first).step_down(), Some(200));
     let paused = wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
         rel.leader_besides(&first)
@@ -147,6 +155,17 @@ fn pause_with_a_write_in_flight(ns: &str, extra: &[&str]) -> PauseRun {
     .expect("a new leader after the step-down");
     let pod = rel.kubelet.pod(&paused);
     let pid = pod.pid.expect("a running sidecar");
+    // Paused once its write is held, not before: a pause in the middle of the slice's read (a
+    // connect, a TLS handshake) ends in a timeout at the resume, and the retry, its term over,
+    // writes nothing. That is the product at work, but it is not the hazard this test needs.
+    let before = held_before
+        .iter()
+        .find(|(n, _)| *n == paused)
+        .map_or(0, |(_, c)| *c);
+    wait_for(Duration::from_secs(5), Duration::from_millis(2), || {
+        (pod.logs().matches(HOLDING).count() > before).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{paused} led but never held its write:\n{}", pod.logs()));
     signal(pid, "STOP");
     let paused_at = Instant::now();
     let listed_before = slice_addresses(&cp, &rel.ns, &slice).unwrap_or_default();

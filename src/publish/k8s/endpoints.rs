@@ -255,6 +255,9 @@ impl SlicePublisher {
             }
         };
         if let Some(d) = self.fence.write_delay {
+            // The tests pause the sidecar after this line: the read is done, the write held.
+            tracing::info!(slice = %self.own.slice, delay_ms = d.as_millis() as u64, ?decision,
+                "holding this endpoint slice write (--unsafe-test-endpoint-write-delay)");
             tokio::time::sleep(d).await;
         }
         // The term is read again at the moment of the write: a term that ended meanwhile (a
