@@ -25,7 +25,7 @@ const LEASES_ANNOTATION: &str = "redlock-elector/leases";
 /// With `lease.shards`: the indices of the shards a pod leads, comma-separated, ascending.
 const SHARDS_ANNOTATION: &str = "redlock-elector/shards";
 
-fn kube_opts(fake: &FakeApi, pod: &str, extra: &[&str]) -> Opts {
+pub(crate) fn kube_opts(fake: &FakeApi, pod: &str, extra: &[&str]) -> Opts {
     let mut args: Vec<String> = ["--kubernetes", "true", "--pod-name", pod, "--namespace", NS]
         .iter()
         .map(|s| s.to_string())
@@ -56,14 +56,14 @@ fn start_pods(fake: &FakeApi, nodes: &[Redis], names: &[&str], extra: &[&str]) -
         .collect()
 }
 
-fn leader_index(sidecars: &[&Sidecar]) -> usize {
+pub(crate) fn leader_index(sidecars: &[&Sidecar]) -> usize {
     wait_for(Duration::from_secs(5), Duration::from_millis(10), || {
         sole_leader(sidecars)
     })
     .unwrap_or_else(|| panic!("no sole leader:\n{}", all_logs(sidecars)))
 }
 
-fn all_logs(sidecars: &[&Sidecar]) -> String {
+pub(crate) fn all_logs(sidecars: &[&Sidecar]) -> String {
     sidecars
         .iter()
         .map(|s| format!("--- {}\n{}", s.identity, s.logs()))

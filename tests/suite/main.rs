@@ -24,6 +24,7 @@ mod exec;
 mod fault_schedule;
 mod fresh_handover;
 mod kube_labels;
+mod kube_slices;
 mod lanes;
 mod lifecycle;
 mod managed_redis;

@@ -288,7 +288,10 @@ impl SlicePublisher {
             None => {}
             Some(Ok(s)) => {
                 self.metrics.slice_written(kind);
-                tracing::debug!(slice = %self.own.slice, ?decision, "endpoint slice written");
+                // One line a term: the real-node benchmark reads the write's moment from it.
+                tracing::info!(slice = %self.own.slice, ?want, kind,
+                    version = s.metadata.resource_version.as_deref().unwrap_or(""),
+                    "endpoint slice written");
                 st.last_meta = Some(s.metadata.clone());
                 st.cached = Some(s);
                 self.succeeded(st, want);

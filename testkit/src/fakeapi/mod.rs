@@ -6,6 +6,8 @@
 //!   JSON merge patch semantics (RFC 7386; content type checked; a `metadata.resourceVersion` in
 //!   the patch is a precondition, 409 on mismatch, and a patch that changes nothing keeps the
 //!   `resourceVersion`, as the real server does);
+//! - endpointslices (discovery.k8s.io/v1): GET, PUT (a `metadata.resourceVersion` in the body is
+//!   a precondition, 409 on mismatch), POST, 404 when missing;
 //! - events: POST (core/v1 and events.k8s.io/v1), 409 on a duplicate name;
 //! - records every request (who: the bearer token, method, path, query, body, status, order)
 //!   and every state of the role labels after each change;
@@ -13,8 +15,8 @@
 //!   [`FakeApi::down`] / [`FakeApi::up`] (stop listening and cut open connections).
 //!
 //! **Kept, smaller, rather than a fault proxy in front of the real kube-apiserver**, and only for
-//! what the real one cannot be made to do on demand. The tests that still need it, all in
-//! `tests/suite/kube_labels.rs`:
+//! what the real one cannot be made to do on demand. The tests that still need it, in
+//! `tests/suite/kube_labels.rs` unless named:
 //! - `api_errors_and_slowness_are_retried_until_the_labels_converge`: an injected 500, 409 and
 //!   403 on chosen requests, and 2 s of added latency;
 //! - `a_late_stale_patch_never_overwrites_a_newer_state`: one chosen PATCH held back 3 s, then
@@ -28,7 +30,11 @@
 //!   arrival against the leader's deadline, on the test's own clock), and on every state of the
 //!   role labels, which the real server does not expose per request;
 //! - `rbac_checker_rejects_what_the_role_does_not_grant`, `fake_merge_patch_and_selectors`: the
-//!   kit's own checks.
+//!   kit's own checks;
+//! - in `tests/suite/kube_slices.rs`,
+//!   `slice_errors_slowness_and_an_outage_are_retried_until_the_slice_lists_the_leader`: the
+//!   EndpointSlice writer under a write held past the client's timeout, injected 500s, and an
+//!   outage across a handover (the real server covers its 409, 404 and refusal).
 //!
 //! `tests/suite/rollout.rs`'s `kube_rollout_with_the_default_preference_moves_leadership_exactly_once`
 //! uses it too, with no fault: the one test left that the real server could serve
@@ -185,6 +191,29 @@ impl FakeApi {
                 )
             })
             .collect()
+    }
+
+    /// Create or replace the EndpointSlice `name` in [`NS`] as another writer would (the chart
+    /// at install, a controller): a new `resourceVersion`; the stored slice.
+    pub fn put_slice(&self, name: &str, slice: Value) -> Value {
+        let mut st = self.inner.state.lock().unwrap();
+        let uid = st
+            .slices
+            .get(name)
+            .map_or(json!(format!("uid-slice-{name}")), |s| {
+                s["metadata"]["uid"].clone()
+            });
+        state::store_slice(&mut st, name, slice, uid)
+    }
+
+    /// The EndpointSlice `name`, if it exists.
+    pub fn slice(&self, name: &str) -> Option<Value> {
+        self.inner.state.lock().unwrap().slices.get(name).cloned()
+    }
+
+    /// Delete the EndpointSlice `name` (as `kubectl delete` would).
+    pub fn delete_slice(&self, name: &str) {
+        self.inner.state.lock().unwrap().slices.remove(name);
     }
 
     pub fn records(&self) -> Vec<Record> {

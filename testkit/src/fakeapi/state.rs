@@ -1,6 +1,7 @@
 //! The fake's resources and their semantics: pods (GET, LIST with a label selector, PATCH as a
-//! JSON merge patch with a `resourceVersion` precondition) and events (POST, 409 on a duplicate
-//! name), the request log and the history of role labels. No I/O: [`route`] takes a request
+//! JSON merge patch with a `resourceVersion` precondition), EndpointSlices (GET, PUT with a
+//! `resourceVersion` precondition when the body carries one, POST, 404 when missing) and events
+//! (POST, 409 on a duplicate name), the request log and the history of role labels. No I/O: [`route`] takes a request
 //! already read and returns the status and body to answer.
 
 use std::collections::BTreeMap;
@@ -13,6 +14,8 @@ use super::records::{Fault, NS, ROLE_KEY, Record, Snapshot};
 #[derive(Default)]
 pub(super) struct State {
     pub(super) pods: BTreeMap<String, Value>,
+    /// discovery.k8s.io/v1 EndpointSlices in [`NS`], by name.
+    pub(super) slices: BTreeMap<String, Value>,
     pub(super) events: Vec<Value>,
     pub(super) resource_version: u64,
     pub(super) seq: u64,
@@ -198,6 +201,10 @@ pub(super) fn route(
             _ => (405, status_body(405, "MethodNotAllowed", method)),
         };
     }
+    let slices = format!("/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices");
+    if path == slices || path.starts_with(&format!("{slices}/")) {
+        return slice_route(st, method, &path[slices.len()..], body);
+    }
     if (path == core_events || path == new_events) && method == "POST" {
         if content_type != Some("application/json") {
             return (
@@ -237,4 +244,90 @@ pub(super) fn route(
         return (201, ev);
     }
     not_found(path)
+}
+
+fn conflict(message: &str) -> (u16, Value) {
+    (409, status_body(409, "Conflict", message))
+}
+
+/// EndpointSlices: `rest` is "" (the collection) or "/NAME".
+fn slice_route(st: &mut State, method: &str, rest: &str, body: Option<&Value>) -> (u16, Value) {
+    let name = rest.trim_start_matches('/');
+    match (method, name.is_empty()) {
+        ("GET", false) => match st.slices.get(name) {
+            Some(s) => (200, s.clone()),
+            None => (
+                404,
+                status_body(
+                    404,
+                    "NotFound",
+                    &format!("endpointslices.discovery.k8s.io \"{name}\" not found"),
+                ),
+            ),
+        },
+        ("PUT", false) => {
+            let Some(new) = body else {
+                return (400, status_body(400, "BadRequest", "empty body"));
+            };
+            let Some(old) = st.slices.get(name) else {
+                return (
+                    404,
+                    status_body(
+                        404,
+                        "NotFound",
+                        &format!("endpointslices.discovery.k8s.io \"{name}\" not found"),
+                    ),
+                );
+            };
+            // Like the real server: a version in the body is a precondition; none is an
+            // unconditional update.
+            if let Some(rv) = new["metadata"]["resourceVersion"].as_str()
+                && Some(rv) != old["metadata"]["resourceVersion"].as_str()
+            {
+                return conflict(&format!(
+                    "Operation cannot be fulfilled on endpointslices.discovery.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                ));
+            }
+            let uid = old["metadata"]["uid"].clone();
+            (200, store_slice(st, name, new.clone(), uid))
+        }
+        ("POST", true) => {
+            let Some(new) = body else {
+                return (400, status_body(400, "BadRequest", "empty body"));
+            };
+            let name = new["metadata"]["name"].as_str().unwrap_or("").to_string();
+            if name.is_empty() {
+                return (
+                    400,
+                    status_body(400, "BadRequest", "metadata.name required"),
+                );
+            }
+            if st.slices.contains_key(&name) {
+                return (
+                    409,
+                    status_body(
+                        409,
+                        "AlreadyExists",
+                        &format!("endpointslices.discovery.k8s.io \"{name}\" already exists"),
+                    ),
+                );
+            }
+            let uid = json!(format!("uid-slice-{name}-{}", st.resource_version + 1));
+            (201, store_slice(st, &name, new.clone(), uid))
+        }
+        _ => (405, status_body(405, "MethodNotAllowed", method)),
+    }
+}
+
+/// Store `slice` as `name` with a new `resourceVersion` (the server's fields set); the stored.
+pub(super) fn store_slice(st: &mut State, name: &str, mut slice: Value, uid: Value) -> Value {
+    st.resource_version += 1;
+    slice["apiVersion"] = json!("discovery.k8s.io/v1");
+    slice["kind"] = json!("EndpointSlice");
+    slice["metadata"]["name"] = json!(name);
+    slice["metadata"]["namespace"] = json!(NS);
+    slice["metadata"]["uid"] = uid;
+    slice["metadata"]["resourceVersion"] = json!(st.resource_version.to_string());
+    st.slices.insert(name.to_string(), slice.clone());
+    slice
 }
