@@ -8,6 +8,10 @@ manifests/components/sidecar
                    kustomize Component: adds the native sidecar, its ConfigMap, RBAC and the
                    leader Service to a Deployment or StatefulSet you already have (the ones
                    annotated redlock-elector/sidecar: "true"; docs/operating/existing-workload.md)
+manifests/components/sidecar-endpoints
+                   kustomize Component for manifests/base: the sidecar route (the leader's
+                   sidecar writes the leader Service's EndpointSlice), the chart's
+                   leaderService.endpoints: sidecar
 manifests/example-existing-workload
                    kustomize overlay: a plain Deployment, named in a small local Component, gets
                    the sidecar from the Component above
@@ -143,7 +147,107 @@ def main() -> int:
     )
     write_component(out)
     write_existing_workload_example(out)
+    write_sidecar_endpoints(out, objects)
     return 0
+
+
+SIDECAR_ENDPOINTS_README = """\
+# The sidecar route for manifests/base (leaderService.endpoints: sidecar in the chart): the
+# leader Service loses its selector, the leader's sidecar writes its EndpointSlice (created here,
+# without endpoints), every write fenced by the term's token. Adds endpointslices get and update
+# on that one slice to the Role, POD_IP to the sidecar, and kubernetes.endpointSlice to its
+# config. Use it beside the base:
+#   resources: [../base]
+#   components: [../components/sidecar-endpoints]
+# Which route to choose: docs/operating/kubernetes.md#which-route
+"""
+
+
+def by_key(objs: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+
+def write_sidecar_endpoints(out: Path, label_objects: list[dict]) -> None:
+    """manifests/components/sidecar-endpoints: base + this = the chart with endpoints: sidecar.
+    Made from the difference of the two renders, so that it cannot drift from the chart
+    (tests/packaging/test_manifests.py builds it with kustomize and compares)."""
+    values = {**VALUES, "leaderService": {"endpoints": "sidecar"}}
+    label = by_key([clean(o) for o in label_objects])
+    sidecar = by_key([clean(o) for o in chartlib.split_objects(
+        chartlib.render_chart(values, name="my-app", namespace="default"))])
+    for binding in [o for (k, _), o in sidecar.items() if k == "RoleBinding"]:
+        for subject in binding["subjects"]:
+            subject.pop("namespace", None)  # as in the base (main)
+    resources: list[dict] = []
+    patches: list[dict] = []
+    files: dict[str, str] = {}
+    for key, obj in sidecar.items():
+        kind, name = key
+        old = label.get(key)
+        if old is None:
+            resources.append(obj)
+            continue
+        if old == obj:
+            continue
+        if kind == "Service":
+            assert {k: v for k, v in old["spec"].items() if k != "selector"} == obj["spec"], key
+            files["patch-service.yaml"] = dump([
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                 "spec": {"selector": None}}])
+            patches.append({"path": "patch-service.yaml"})
+        elif kind == "Role":
+            added = [r for r in obj["rules"] if r not in old["rules"]]
+            assert [r for r in obj["rules"] if r in old["rules"]] == old["rules"], key
+            ops = [{"op": "add", "path": "/rules/-", "value": r} for r in added]
+            files["patch-role.yaml"] = HEADER + yaml.dump(ops, Dumper=_Dumper, sort_keys=False)
+            patches.append({"path": "patch-role.yaml", "target": {"kind": "Role", "name": name}})
+        elif kind == "ConfigMap":
+            files["patch-configmap.yaml"] = dump([
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                 "data": obj["data"]}])
+            patches.append({"path": "patch-configmap.yaml"})
+        elif kind == "Deployment":
+            # A strategic merge patch of what changed: the pod annotations (the config's
+            # checksum) and the sidecar's added env (merged by name).
+            t_old, t_new = old["spec"]["template"], obj["spec"]["template"]
+            containers = []
+            for c in t_new["spec"]["initContainers"]:
+                (before,) = [x for x in t_old["spec"]["initContainers"] if x["name"] == c["name"]]
+                env = [e for e in c.get("env", []) if e not in before.get("env", [])]
+                rest_new = {k: v for k, v in c.items() if k != "env"}
+                rest_old = {k: v for k, v in before.items() if k != "env"}
+                assert rest_new == rest_old, f"{key}: the sidecar changed beyond its env"
+                if env:
+                    containers.append({"name": c["name"], "env": env})
+            files["patch-deployment.yaml"] = dump([
+                {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                 "spec": {"template": {
+                     "metadata": {"annotations": t_new["metadata"].get("annotations", {})},
+                     "spec": {"initContainers": containers}}}}])
+            patches.append({"path": "patch-deployment.yaml"})
+        else:
+            raise SystemExit(f"gen-manifests: the sidecar route changes {kind} {name}; teach "
+                             "write_sidecar_endpoints how to patch it")
+    missing = [k for k in label if k not in sidecar]
+    if missing:
+        raise SystemExit(f"gen-manifests: the sidecar route drops {missing}")
+    root = out / "components" / "sidecar-endpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "endpointslice.yaml").write_text(dump(resources))
+    for fname, text in files.items():
+        (root / fname).write_text(text)
+    (root / "kustomization.yaml").write_text(
+        HEADER + SIDECAR_ENDPOINTS_README
+        + yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+                "kind": "Component",
+                "resources": ["endpointslice.yaml"],
+                "patches": patches,
+            },
+            sort_keys=False,
+        )
+    )
 
 
 # The Component's names: the lease and the pod label are "my-app"; objects are "redlock-elector-*".
