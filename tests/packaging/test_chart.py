@@ -842,3 +842,18 @@ def test_clock_watch_seconds_is_the_binarys_watch_rounded_up(tmp_path, ttl, drif
     out = chartlib.render_chart(vals, chart=chart)
     (text,) = [t for p, t in out.items() if p.endswith("zz-watch.yaml")]
     assert re.search(r"# watch: (\d+)", text).group(1) == str(want)
+
+
+def test_notes_on_the_sidecar_route_forward_to_the_leader_pod_not_the_selectorless_service():
+    """kubectl port-forward svc/... fails on a Service without a selector: the sidecar route's
+    NOTES forward to the leader pod instead, and name the slice; the label route's keep the
+    Service and its selector."""
+    def notes(endpoints: str) -> str:
+        rendered = chartlib.render_chart({"leaderService": {"endpoints": endpoints}, "redis": {"enabled": True}})
+        (text,) = [t for name, t in rendered.items() if name.endswith("NOTES.txt")]
+        return text
+
+    sidecar, label = notes("sidecar"), notes("label")
+    assert "port-forward svc/" not in sidecar and "port-forward \"$(kubectl" in sidecar
+    assert "it has no selector" in sidecar and "get endpointslice" in sidecar
+    assert "port-forward svc/" in label and "(selector redlock-elector/role=leader" in label
