@@ -6,7 +6,8 @@
 //!   leads and writes; the paused one resumes. The slice, read every few ms throughout, never
 //!   lists the paused pod again. With `--unsafe-disable-endpoint-fence` the same run shows the
 //!   hazard: the resumed write lands and the Service points back at the stale leader.
-//! - A 409, a deleted slice re-created, a later term's token refused with its Event (one test).
+//! - A 409, a deleted slice re-created, a later term's token refused with its Event: in
+//!   `control_plane_slice_faults.rs`.
 //! - RBAC: with `get` or `update` taken from the Role's endpointslices rule, the new leader's
 //!   sidecar names the verb (log and metric), the election goes on, and the slice converges
 //!   once the verb is back.
@@ -26,10 +27,10 @@ use kube::Api;
 
 /// The write delay the pause tests hold a write in flight with: long enough for the test to see
 /// the new term on `/leader` and stop the sidecar before the write goes out.
-const WRITE_DELAY_MS: u64 = 1500;
+pub(crate) const WRITE_DELAY_MS: u64 = 1500;
 
 /// What the sidecar logs when it holds a write for that delay (its read of the slice done).
-const HOLDING: &str = "holding this endpoint slice write";
+pub(crate) const HOLDING: &str = "holding this endpoint slice write";
 
 /// The addresses the slice lists, after each poll.
 type SliceLog = Arc<Mutex<Vec<(Instant, Vec<String>)>>>;
@@ -78,7 +79,7 @@ fn addresses(slice: &EndpointSlice) -> Vec<String> {
         .collect()
 }
 
-fn slice_addresses(cp: &ControlPlane, ns: &str, name: &str) -> Option<Vec<String>> {
+pub(crate) fn slice_addresses(cp: &ControlPlane, ns: &str, name: &str) -> Option<Vec<String>> {
     let api: Api<EndpointSlice> = Api::namespaced(cp.client.clone(), ns);
     cp.block_on(api.get(name)).ok().map(|s| addresses(&s))
 }
@@ -93,7 +94,7 @@ fn sidecar_route(args: &[&str]) -> String {
 }
 
 /// Wait until exactly one sidecar leads and the slice lists exactly its pod; its name.
-fn wait_slice_converged(
+pub(crate) fn wait_slice_converged(
     cp: &ControlPlane,
     rel: &Release,
     slice: &str,
@@ -381,156 +382,4 @@ fn set_verbs(
         "-p",
         &patch.to_string(),
     ]);
-}
-
-/// A counter of `pod`'s sidecar (summed over its series).
-fn counter(rel: &Release, pod: &str, name: &str) -> f64 {
-    rel.kubelet
-        .pod(pod)
-        .metrics()
-        .lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Step `leader` down and wait for the next one; its name.
-fn hand_over(rel: &Release, leader: &str) -> String {
-    assert_eq!(rel.kubelet.pod(leader).step_down(), Some(200));
-    wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
-        rel.leader_besides(leader)
-    })
-    .unwrap_or_else(|| panic!("no leader after {leader} stepped down"))
-}
-
-/// On the real API server, three faults the sidecar route must survive, one after the other:
-/// - a 409: the slice changes (an annotation) while the new leader holds its write; the write
-///   is refused by its `resourceVersion`, counted, and the slice read and decided again;
-/// - a deleted slice (`kubectl delete`, `leaderService.recreateSlice: true`): the next leader
-///   re-creates it with its labels, counted as a `create` write;
-/// - a later term's token on the slice (as a stale leader would find it): the next leader
-///   refuses to list itself, counts the refusal, and posts a Warning Event on the slice.
-#[test]
-fn cp_a_conflict_a_deleted_slice_and_a_later_token_are_handled() {
-    let cp = ControlPlane::up();
-    let nodes = redis_cluster(3, TTL);
-    let values = format!(
-        "leaderService:\n  endpoints: sidecar\n  recreateSlice: true\n\
-         sidecar:\n  extraArgs: [\"--unsafe-test-endpoint-write-delay\", \"{WRITE_DELAY_MS}\"]\n"
-    );
-    let rel = Release::install(&cp, "slicefaults", &nodes, 3, &values);
-    let slice = format!("{}-leader", rel.full_name());
-    let ns = rel.ns.clone();
-    let mut leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(60));
-
-    // A 409: the slice is changed while the next leader holds its write.
-    let held: Vec<(String, usize)> = rel
-        .live()
-        .iter()
-        .map(|p| (p.name.clone(), p.logs().matches(HOLDING).count()))
-        .collect();
-    let next = hand_over(&rel, &leader);
-    let before = held.iter().find(|(n, _)| *n == next).map_or(0, |(_, c)| *c);
-    let pod = rel.kubelet.pod(&next);
-    wait_for(Duration::from_secs(5), Duration::from_millis(2), || {
-        (pod.logs().matches(HOLDING).count() > before).then_some(())
-    })
-    .unwrap_or_else(|| panic!("{next} never held its write:\n{}", pod.logs()));
-    cp.kubectl(&[
-        "-n",
-        &ns,
-        "annotate",
-        "endpointslice",
-        &slice,
-        "test/poke=1",
-        "--overwrite",
-    ]);
-    leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(30));
-    assert_eq!(leader, next);
-    let conflicts = counter(
-        &rel,
-        &next,
-        "redlock_elector_endpoint_slice_conflicts_total",
-    );
-    assert!(
-        conflicts >= 1.0,
-        "no conflict counted by {next}:\n{}",
-        pod.logs()
-    );
-
-    // A deleted slice, re-created by the next leader.
-    cp.kubectl(&["-n", &ns, "delete", "endpointslice", &slice]);
-    let next = hand_over(&rel, &leader);
-    leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(30));
-    assert_eq!(leader, next);
-    let created = rel.kubelet.pod(&next).metrics().lines().any(|l| {
-        l.starts_with("redlock_elector_endpoint_slice_writes_total")
-            && l.contains("kind=\"create\"")
-            && !l.ends_with(" 0")
-    });
-    assert!(created, "{next} re-created the slice without counting it");
-    let recreated: serde_json::Value = serde_json::from_str(&cp.kubectl(&[
-        "-n",
-        &ns,
-        "get",
-        "endpointslice",
-        &slice,
-        "-o",
-        "json",
-    ]))
-    .unwrap();
-    let labels = &recreated["metadata"]["labels"];
-    assert_eq!(
-        labels["endpointslice.kubernetes.io/managed-by"], "redlock-elector",
-        "{recreated}"
-    );
-    assert_eq!(
-        labels["kubernetes.io/service-name"],
-        serde_json::json!(slice),
-        "{recreated}"
-    );
-
-    // A later term's token: the next leader refuses to list itself.
-    let lease = recreated["metadata"]["annotations"]["redlock-elector/lease"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no lease annotation: {recreated}"))
-        .to_string();
-    cp.kubectl(&[
-        "-n",
-        &ns,
-        "annotate",
-        "endpointslice",
-        &slice,
-        &format!("redlock-elector/lease={lease}"),
-        "redlock-elector/fencing-token=999999",
-        "--overwrite",
-    ]);
-    let next = hand_over(&rel, &leader);
-    wait_for(Duration::from_secs(15), Duration::from_millis(50), || {
-        (counter(&rel, &next, "redlock_elector_endpoint_slice_refusals_total") >= 1.0).then_some(())
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "{next} never refused to list itself under token 999999:\n{}",
-            rel.kubelet.pod(&next).logs()
-        )
-    });
-    let next_ip = rel.kubelet.pod(&next).ip;
-    let listed = slice_addresses(&cp, &ns, &slice).unwrap_or_default();
-    assert!(
-        !listed.contains(&next_ip),
-        "{next} listed itself under a later term's token: {listed:?}"
-    );
-    let events: serde_json::Value =
-        serde_json::from_str(&cp.kubectl(&["-n", &ns, "get", "events", "-o", "json"])).unwrap();
-    let warned = events["items"].as_array().into_iter().flatten().any(|e| {
-        e["type"] == "Warning"
-            && e["involvedObject"]["kind"] == "EndpointSlice"
-            && e["involvedObject"]["name"] == serde_json::json!(slice)
-            && e["message"].as_str().is_some_and(|m| m.contains("999999"))
-    });
-    assert!(
-        warned,
-        "no Warning Event on the slice naming the later term: {events}"
-    );
 }

@@ -3,7 +3,8 @@
 //! a 500 on a chosen write, a write held past the client's timeout, and an outage with
 //! connections cut mid-request. Real redis-server processes, the real binary and the real kube
 //! client. The real control plane covers the rest (RBAC, a 409, a deleted slice re-created, a
-//! stale write refused with its Event): `tests/suite/control_plane_endpoints.rs`.
+//! stale write refused with its Event): `tests/suite/control_plane_slice_faults.rs`, and the
+//! pause and RBAC tests in `tests/suite/control_plane_endpoints.rs`.
 
 use testkit::common;
 use testkit::fakeapi;

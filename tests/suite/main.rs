@@ -16,6 +16,7 @@ mod control_plane;
 mod control_plane_endpoints;
 mod control_plane_node;
 mod control_plane_rollout;
+mod control_plane_slice_faults;
 mod dashboard_series;
 mod docs_figures;
 mod docs_links;
