@@ -120,6 +120,25 @@ pub(crate) fn wait_slice_converged(
     })
 }
 
+/// How many writes each live pod's sidecar has held so far (its [`HOLDING`] lines).
+pub(crate) fn held_counts(rel: &Release) -> Vec<(String, usize)> {
+    rel.live()
+        .iter()
+        .map(|p| (p.name.clone(), p.logs().matches(HOLDING).count()))
+        .collect()
+}
+
+/// Wait (5 s) until `pod`'s sidecar holds a write more than `before` (from [`held_counts`])
+/// says: its read of the slice is done and its write decided.
+pub(crate) fn wait_held(rel: &Release, pod: &str, before: &[(String, usize)]) {
+    let before = before.iter().find(|(n, _)| n == pod).map_or(0, |(_, c)| *c);
+    let run = rel.kubelet.pod(pod);
+    wait_for(Duration::from_secs(5), Duration::from_millis(2), || {
+        (run.logs().matches(HOLDING).count() > before).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{pod} led but never held its write:\n{}", run.logs()));
+}
+
 /// What one pause run saw.
 struct PauseRun {
     /// The paused pod's address.
@@ -145,11 +164,7 @@ fn pause_with_a_write_in_flight(ns: &str, extra: &[&str]) -> PauseRun {
     let poller = SlicePoller::start(&cp, &rel.ns, &slice);
 
     // A new term begins: the first steps down, another leads, and its write waits the delay.
-    let held_before: Vec<(String, usize)> = rel
-        .live()
-        .iter()
-        .map(|p| (p.name.clone(), p.logs().matches(HOLDING).count()))
-        .collect();
+    let held_before = held_counts(&rel);
     assert_eq!(rel.kubelet.pod(&first).step_down(), Some(200));
     let paused = wait_for(Duration::from_secs(10), Duration::from_millis(5), || {
         rel.leader_besides(&first)
@@ -160,14 +175,7 @@ fn pause_with_a_write_in_flight(ns: &str, extra: &[&str]) -> PauseRun {
     // Paused once its write is held, not before: a pause in the middle of the slice's read (a
     // connect, a TLS handshake) ends in a timeout at the resume, and the retry, its term over,
     // writes nothing. That is the product at work, but it is not the hazard this test needs.
-    let before = held_before
-        .iter()
-        .find(|(n, _)| *n == paused)
-        .map_or(0, |(_, c)| *c);
-    wait_for(Duration::from_secs(5), Duration::from_millis(2), || {
-        (pod.logs().matches(HOLDING).count() > before).then_some(())
-    })
-    .unwrap_or_else(|| panic!("{paused} led but never held its write:\n{}", pod.logs()));
+    wait_held(&rel, &paused, &held_before);
     signal(pid, "STOP");
     let paused_at = Instant::now();
     let listed_before = slice_addresses(&cp, &rel.ns, &slice).unwrap_or_default();

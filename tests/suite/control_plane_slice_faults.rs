@@ -9,7 +9,7 @@ use testkit::common;
 use std::time::Duration;
 
 use super::control_plane_endpoints::{
-    HOLDING, WRITE_DELAY_MS, slice_addresses, wait_slice_converged,
+    WRITE_DELAY_MS, held_counts, slice_addresses, wait_held, wait_slice_converged,
 };
 use cluster::ControlPlane;
 use cluster::release::*;
@@ -24,6 +24,13 @@ fn counter(rel: &Release, pod: &str, name: &str) -> f64 {
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// `kubectl annotate --overwrite` the slice with `pairs` (`key=value`).
+fn annotate(cp: &ControlPlane, ns: &str, slice: &str, pairs: &[&str]) {
+    let mut args = vec!["-n", ns, "annotate", "endpointslice", slice, "--overwrite"];
+    args.extend_from_slice(pairs);
+    cp.kubectl(&args);
 }
 
 /// Step `leader` down and wait for the next one; its name.
@@ -56,27 +63,11 @@ fn cp_a_conflict_a_deleted_slice_and_a_later_token_are_handled() {
     let mut leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(60));
 
     // A 409: the slice is changed while the next leader holds its write.
-    let held: Vec<(String, usize)> = rel
-        .live()
-        .iter()
-        .map(|p| (p.name.clone(), p.logs().matches(HOLDING).count()))
-        .collect();
+    let held = held_counts(&rel);
     let next = hand_over(&rel, &leader);
-    let before = held.iter().find(|(n, _)| *n == next).map_or(0, |(_, c)| *c);
+    wait_held(&rel, &next, &held);
     let pod = rel.kubelet.pod(&next);
-    wait_for(Duration::from_secs(5), Duration::from_millis(2), || {
-        (pod.logs().matches(HOLDING).count() > before).then_some(())
-    })
-    .unwrap_or_else(|| panic!("{next} never held its write:\n{}", pod.logs()));
-    cp.kubectl(&[
-        "-n",
-        &ns,
-        "annotate",
-        "endpointslice",
-        &slice,
-        "test/poke=1",
-        "--overwrite",
-    ]);
+    annotate(&cp, &ns, &slice, &["test/poke=1"]);
     leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(30));
     assert_eq!(leader, next);
     let conflicts = counter(
@@ -127,16 +118,13 @@ fn cp_a_conflict_a_deleted_slice_and_a_later_token_are_handled() {
         .as_str()
         .unwrap_or_else(|| panic!("no lease annotation: {recreated}"))
         .to_string();
-    cp.kubectl(&[
-        "-n",
+    let lease = format!("redlock-elector/lease={lease}");
+    annotate(
+        &cp,
         &ns,
-        "annotate",
-        "endpointslice",
         &slice,
-        &format!("redlock-elector/lease={lease}"),
-        "redlock-elector/fencing-token=999999",
-        "--overwrite",
-    ]);
+        &[&lease, "redlock-elector/fencing-token=999999"],
+    );
     let next = hand_over(&rel, &leader);
     wait_for(Duration::from_secs(15), Duration::from_millis(50), || {
         (counter(&rel, &next, "redlock_elector_endpoint_slice_refusals_total") >= 1.0).then_some(())
