@@ -250,34 +250,25 @@ fn conflict(message: &str) -> (u16, Value) {
     (409, status_body(409, "Conflict", message))
 }
 
+fn slice_not_found(name: &str) -> (u16, Value) {
+    let message = format!("endpointslices.discovery.k8s.io \"{name}\" not found");
+    (404, status_body(404, "NotFound", &message))
+}
+
 /// EndpointSlices: `rest` is "" (the collection) or "/NAME".
 fn slice_route(st: &mut State, method: &str, rest: &str, body: Option<&Value>) -> (u16, Value) {
     let name = rest.trim_start_matches('/');
     match (method, name.is_empty()) {
         ("GET", false) => match st.slices.get(name) {
             Some(s) => (200, s.clone()),
-            None => (
-                404,
-                status_body(
-                    404,
-                    "NotFound",
-                    &format!("endpointslices.discovery.k8s.io \"{name}\" not found"),
-                ),
-            ),
+            None => slice_not_found(name),
         },
         ("PUT", false) => {
             let Some(new) = body else {
                 return (400, status_body(400, "BadRequest", "empty body"));
             };
             let Some(old) = st.slices.get(name) else {
-                return (
-                    404,
-                    status_body(
-                        404,
-                        "NotFound",
-                        &format!("endpointslices.discovery.k8s.io \"{name}\" not found"),
-                    ),
-                );
+                return slice_not_found(name);
             };
             // Like the real server: a version in the body is a precondition; none is an
             // unconditional update.
