@@ -181,15 +181,15 @@ echo "    clean"
 # .github/workflows/release.yml cannot run here (no registry, no tag); actionlint checks its
 # syntax, expressions, action inputs and runner labels. Pinned, built from source when missing.
 step "actionlint .github/workflows (the release workflow)"
-ACTIONLINT="$(ensure_go_tool actionlint github.com/rhysd/actionlint/cmd/actionlint v1.7.12)" \
-  || die "actionlint is missing and could not be built (go install github.com/rhysd/actionlint/cmd/actionlint@v1.7.12)"
+ACTIONLINT="$(ensure_go_tool "${ACTIONLINT[@]}")" \
+  || die "actionlint is missing and could not be built (go install ${ACTIONLINT[1]}@${ACTIONLINT[2]})"
 "$ACTIONLINT" -no-color .github/workflows/*.yml || die "actionlint found problems in .github/workflows"
 echo "    clean ($(ls .github/workflows/*.yml | wc -l) workflow(s))"
 
 # ---------------------------------------------------------------------------- chart README
 step "charts/redlock-elector/README.md up to date with values.yaml (helm-docs)"
-HELM_DOCS="$(ensure_go_tool helm-docs github.com/norwoodj/helm-docs/cmd/helm-docs v1.14.2)" \
-  || die "helm-docs is missing and could not be built (go install github.com/norwoodj/helm-docs/cmd/helm-docs@v1.14.2)"
+HELM_DOCS="$(ensure_go_tool "${HELM_DOCS[@]}")" \
+  || die "helm-docs is missing and could not be built (go install ${HELM_DOCS[1]}@${HELM_DOCS[2]})"
 rm -rf "$OUT/helm-docs" && mkdir -p "$OUT/helm-docs" && cp -r charts/redlock-elector "$OUT/helm-docs/"
 "$HELM_DOCS" --log-level warning --chart-search-root "$OUT/helm-docs" > "$OUT/helm-docs.log" 2>&1 \
   || { cat "$OUT/helm-docs.log"; die "helm-docs failed"; }

@@ -57,6 +57,12 @@ ensure_venv() {
   exec {fd}>&-
 }
 
+# The Go programs scripts/check-packaging.sh runs, pinned here: scripts/test.sh builds them
+# beside the control plane's, in the background, so that a cold run's last stage does not wait
+# for them (ensure_go_tool "${ACTIONLINT[@]}").
+ACTIONLINT=(actionlint github.com/rhysd/actionlint/cmd/actionlint v1.7.12)
+HELM_DOCS=(helm-docs github.com/norwoodj/helm-docs/cmd/helm-docs v1.14.2)
+
 # ensure_go_tool NAME PACKAGE VERSION: prints the path of the Go program NAME, built from PACKAGE at
 # exactly VERSION (`go install PACKAGE@VERSION`) into its own cache directory
 # ${REDLOCK_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock-elector/tools}/NAME-VERSION/, once;

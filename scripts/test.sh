@@ -99,6 +99,17 @@ lane() {
   LANES+=("$name")
   echo "-- lane [$name] started in the background (log $LANES_DIR/$name.log)"
 }
+# raise_build NAME: a background build started at the lowest priority (its pid in
+# $LANES_DIR/NAME.pid) back to normal, its autogroup and its processes, unless it is done.
+raise_build() {
+  local pid
+  pid="$(cat "$LANES_DIR/$1.pid")"
+  if [ ! -e "$LANES_DIR/$1.rc" ]; then
+    echo "-- raising the background build $1 to normal priority (the suites are done)"
+    echo 0 > "/proc/$pid/autogroup" 2>/dev/null || true
+    renice -n 0 -g "$pid" > /dev/null 2>&1 || true
+  fi
+}
 # wait_for_build NAME: waits for a background build's exit code ($LANES_DIR/NAME.rc).
 wait_for_build() {
   while [ ! -e "$LANES_DIR/$1.rc" ]; do sleep 2; done
@@ -140,7 +151,12 @@ ensure_apt node nodejs          #   shell (curl + jq), Python, Node (18+: built-
 # containerd, runc, the CNI plugins and busybox-static from Debian when missing
 # (scripts/control-plane.sh up --node); they build the image with scripts/image.sh.
 # A cold build takes 10-40 min on 2 cores, so it starts now, in the background (cached after the
-# first run), and those tests run last. No Go, or a failed build, fails the run loudly.
+# first run), and those tests run last. No Go, or a failed build, fails the run loudly. It runs at
+# the lowest priority, as the image's build below does, until the foreground's suites are done:
+# at an equal share it took half the CPU from the test build, which then took 1 682 s instead of
+# about 570 (a cold run, 2026-11-29), and the tests could start only after both. At the lowest
+# priority it takes the CPU the test build and the suites leave idle, and the lanes raise it to
+# normal once the suites are done (raise_build).
 # The real node's Debian packages now, before any test reads the host's state (a package's own
 # service, where one starts, is then part of the "before" that cp_node_down_leaves_nothing_behind
 # compares with). --rust and --quick skip all of this: they run no cp_* test and build no image.
@@ -148,7 +164,10 @@ if [ -z "$RUST_ONLY" ]; then
   scripts/control-plane.sh prereqs
   # Each background build writes its exit code to $LANES_DIR/NAME.rc (wait_for_build).
   CP_BUILD_LOG="$LANES_DIR/control-plane-build.log"
-  setsid bash -c "scripts/control-plane.sh build; echo \$? > '$LANES_DIR/control-plane-build.rc'" > "$CP_BUILD_LOG" 2>&1 < /dev/null &
+  # (setsid gives it an autogroup of its own, which the kernel would give an equal share of the
+  # CPU whatever the nice values inside: the group's own priority is lowered first.)
+  setsid nice -n 19 bash -c "echo 19 > /proc/self/autogroup 2>/dev/null || true; source scripts/lib.sh; scripts/control-plane.sh build && { ensure_go_tool \"\${ACTIONLINT[@]}\" && ensure_go_tool \"\${HELM_DOCS[@]}\"; } > /dev/null; echo \$? > '$LANES_DIR/control-plane-build.rc'" > "$CP_BUILD_LOG" 2>&1 < /dev/null &
+  echo "$!" > "$LANES_DIR/control-plane-build.pid"
   BACKGROUND+=("$!")
   # The image's static release binary and crane (scripts/image.sh; the real-node tests and
   # check-image.sh use them) build beside it, at the lowest priority, so they cost the suite only
@@ -158,12 +177,9 @@ if [ -z "$RUST_ONLY" ]; then
   # hyper-util and a few more resolve with other features, and everything above them) differ,
   # so every crate would compile again anyway, and the shared lock would hold the tests up.
   IMAGE_BUILD_LOG="$LANES_DIR/image-build.log"
-  # (setsid gives it an autogroup of its own, which the kernel would give an equal share of the
-  # CPU whatever the nice values inside: the group's own priority is lowered first.)
   setsid nice -n 19 bash -c "echo 19 > /proc/self/autogroup 2>/dev/null || true; scripts/image.sh binary && scripts/image.sh crane; echo \$? > '$LANES_DIR/image-build.rc'" > "$IMAGE_BUILD_LOG" 2>&1 < /dev/null &
-  IMAGE_BUILD=$!
-  echo "$IMAGE_BUILD" > "$LANES_DIR/image-build.pid"
-  BACKGROUND+=("$IMAGE_BUILD")
+  echo "$!" > "$LANES_DIR/image-build.pid"
+  BACKGROUND+=("$!")
 fi
 
 # Every test runs on the release build, the one that ships: the model check and the benchmark
@@ -192,7 +208,8 @@ export MODEL_BIN SUITE_BIN
 # From here on, lanes (see `lane` above), in two phases. Beside the foreground's suites (the
 # previous release, the suite on Redis, Valkey and mixed trios) only the model check runs: one
 # busy core. Once they are done, two lanes run side by side: the control plane with the stand-in
-# kubelet and then the check scripts, and the real node (after the image). The control-plane
+# kubelet and the check scripts (these first while the Go build still runs), and the real node
+# (after the image). The control-plane
 # tests wait for the suites because their rollouts against real controllers, beside a suite of
 # sidecars and redis-servers and every check script, moved a rollout's leadership twice (at a
 # load average of 30, 2026-11-29). The real-node tests get a lane of their own (containerd and a
@@ -226,15 +243,25 @@ lane_checks() {
 # control_plane_rollout.rs), then the check scripts that need nothing from the control-plane
 # build: check-bench.sh is the benchmark's smoke (every section's code once, no figures kept; the
 # figures are scripts/bench.sh's), check-observability.sh a real Prometheus.
+# On a cold machine the Go build may still run when the suites are done: the check scripts,
+# which need nothing from it, fill that wait, and the control-plane tests start as soon as it ends.
 lane_control_plane() {
-  lane_stage control-plane "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
-    wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
   lane_stage control-plane "waiting for the foreground's suites (see below)" wait_for_build foreground || return
-  lane_stage control-plane "cargo test: the control plane with the stand-in kubelet (cp_*, not the real node's)" \
-    "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}" || return
-  local check
+  raise_build control-plane-build
+  local check checks=() later=()
   for check in scripts/check-*.sh; do
     case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
+    checks+=("$check")
+  done
+  for check in "${checks[@]}"; do
+    if [ -e "$LANES_DIR/control-plane-build.rc" ]; then later+=("$check"); continue; fi
+    lane_stage control-plane "$check (while the control-plane build runs)" bash "$check" || return
+  done
+  lane_stage control-plane "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
+    wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
+  lane_stage control-plane "cargo test: the control plane with the stand-in kubelet (cp_*, not the real node's)" \
+    "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}" || return
+  for check in "${later[@]}"; do
     lane_stage control-plane "$check" bash "$check" || return
   done
 }
@@ -242,15 +269,11 @@ lane_control_plane() {
 # check-packaging.sh (its helm comes from the control-plane build).
 lane_node() {
   lane_stage node "waiting for the foreground's suites (see below)" wait_for_build foreground || return
-  # The image's build runs at the lowest priority until the suites are done (it would take a
-  # core from them); from here on it is what this lane waits for: raised to normal priority
-  # (its own autogroup and its processes), then waited for.
-  local pid
-  pid="$(cat "$LANES_DIR/image-build.pid")"
-  if [ ! -e "$LANES_DIR/image-build.rc" ]; then
-    echo 0 > "/proc/$pid/autogroup" 2>/dev/null || true
-    renice -n 0 -g "$pid" > /dev/null 2>&1 || true
-  fi
+  # The image's build and the Go build run at the lowest priority until the suites are done
+  # (they would take a core from them); from here on they are what this lane waits for: raised
+  # to normal priority (their own autogroups and their processes), then waited for.
+  raise_build image-build
+  raise_build control-plane-build
   lane_stage node "waiting for the image's static binary and crane (background build; log $IMAGE_BUILD_LOG)" \
     wait_for_build image-build \
     || echo "-- the image's background build failed (log $IMAGE_BUILD_LOG); check-image.sh and the real-node tests build it again" >&2
