@@ -202,13 +202,17 @@ build_image() {
   work="$(mktemp -d)"
   reg_pid=""
   # shellcheck disable=SC2064 # expand now: the trap must know these even after the function returns
-  trap "[ -z \"\$reg_pid\" ] || kill \"\$reg_pid\" 2>/dev/null || true; rm -rf '$work'" EXIT
+  trap "[ -z \"\${reg_pid:-}\" ] || kill \"\$reg_pid\" 2>/dev/null || true; rm -rf '$work'" EXIT
 
   write_layer "$bin" "$work/layer.tar" "$mtime"
 
   # crane mutate works on a registry, so a throwaway in-memory one (crane's own) on loopback holds
   # the image between append and mutate; crane pull then writes it as an OCI layout.
-  "$crane" registry serve --address 127.0.0.1:0 > "$work/registry.log" 2>&1 &
+  # The log exists before the server starts: the loop below reads it at once, and on a loaded
+  # machine the background process had not opened it yet (sed failed, set -e ended the build:
+  # a cold run, 2026-11-29).
+  : > "$work/registry.log"
+  "$crane" registry serve --address 127.0.0.1:0 >> "$work/registry.log" 2>&1 &
   reg_pid=$!
   for _ in $(seq 100); do
     port="$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$work/registry.log")"

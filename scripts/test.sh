@@ -93,7 +93,7 @@ lane_stage() {
 LANES=()
 lane() {
   local name=$1 fn=$2
-  setsid bash -c "$(declare -f lane_stage wait_for_build "$fn"; declare -p NODE_TESTS SKIP_NODE_TESTS MODEL_SLOW_SKIPS); set -uo pipefail; export TIMES LANES_DIR; rc=0; $fn || rc=\$?; echo \$rc > '$LANES_DIR/$name.rc'; exit \$rc" \
+  setsid bash -c "$(declare -f lane_stage raise_build wait_for_build "$fn"; declare -p NODE_TESTS SKIP_NODE_TESTS MODEL_SLOW_SKIPS); set -uo pipefail; export TIMES LANES_DIR; rc=0; $fn || rc=\$?; echo \$rc > '$LANES_DIR/$name.rc'; exit \$rc" \
     > "$LANES_DIR/$name.log" 2>&1 < /dev/null &
   BACKGROUND+=("$!")
   LANES+=("$name")
@@ -152,11 +152,12 @@ ensure_apt node nodejs          #   shell (curl + jq), Python, Node (18+: built-
 # (scripts/control-plane.sh up --node); they build the image with scripts/image.sh.
 # A cold build takes 10-40 min on 2 cores, so it starts now, in the background (cached after the
 # first run), and those tests run last. No Go, or a failed build, fails the run loudly. It runs at
-# the lowest priority, as the image's build below does, until the foreground's suites are done:
-# at an equal share it took half the CPU from the test build, which then took 1 682 s instead of
-# about 570 (a cold run, 2026-11-29), and the tests could start only after both. At the lowest
-# priority it takes the CPU the test build and the suites leave idle, and the lanes raise it to
-# normal once the suites are done (raise_build).
+# a low priority (nice 10, its autogroup too) until the foreground's suites are done: at an equal
+# share it took half the CPU from the test build, which then took 1 682 s instead of about 600 (a
+# cold run, 2026-11-29), and the tests could start only after both. So it takes mostly the CPU
+# the test build and the suites leave idle, ahead of the image's build (nice 19: the real-node
+# lane needs both, the control-plane lane only this one), and the lanes raise both to normal once
+# the suites are done (raise_build).
 # The real node's Debian packages now, before any test reads the host's state (a package's own
 # service, where one starts, is then part of the "before" that cp_node_down_leaves_nothing_behind
 # compares with). --rust and --quick skip all of this: they run no cp_* test and build no image.
@@ -166,7 +167,7 @@ if [ -z "$RUST_ONLY" ]; then
   CP_BUILD_LOG="$LANES_DIR/control-plane-build.log"
   # (setsid gives it an autogroup of its own, which the kernel would give an equal share of the
   # CPU whatever the nice values inside: the group's own priority is lowered first.)
-  setsid nice -n 19 bash -c "echo 19 > /proc/self/autogroup 2>/dev/null || true; source scripts/lib.sh; scripts/control-plane.sh build && { ensure_go_tool \"\${ACTIONLINT[@]}\" && ensure_go_tool \"\${HELM_DOCS[@]}\"; } > /dev/null; echo \$? > '$LANES_DIR/control-plane-build.rc'" > "$CP_BUILD_LOG" 2>&1 < /dev/null &
+  setsid nice -n 10 bash -c "echo 10 > /proc/self/autogroup 2>/dev/null || true; source scripts/lib.sh; scripts/control-plane.sh build && { ensure_go_tool \"\${ACTIONLINT[@]}\" && ensure_go_tool \"\${HELM_DOCS[@]}\"; } > /dev/null; echo \$? > '$LANES_DIR/control-plane-build.rc'" > "$CP_BUILD_LOG" 2>&1 < /dev/null &
   echo "$!" > "$LANES_DIR/control-plane-build.pid"
   BACKGROUND+=("$!")
   # The image's static release binary and crane (scripts/image.sh; the real-node tests and
