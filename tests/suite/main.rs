@@ -30,6 +30,7 @@ mod lanes;
 mod lifecycle;
 mod managed_redis;
 mod mixed_versions;
+mod msrv;
 mod openapi_live;
 mod redis_faults;
 mod reference_docs;
