@@ -169,6 +169,9 @@ make_pki() {
     || fail pki "$why"
   cert admin admin system:masters || fail pki "$why"
   cert controller-manager system:kube-controller-manager || fail pki "$why"
+  # The apiserver's client certificate for the kubelet (exec, logs, port-forward; the kubelet
+  # accepts the CA's certificates and authorizes everything, authorization: AlwaysAllow).
+  if [ "$WITH_NODE" = 1 ]; then cert apiserver-kubelet-client kube-apiserver-kubelet-client || fail pki "$why"; fi
   # The ServiceAccount token signing key pair.
   openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$PKI/sa.key" 2>>"$PKI/openssl.log" || fail pki "$why"
   openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>>"$PKI/openssl.log" || fail pki "$why"
@@ -296,6 +299,28 @@ up() {
   make_pki
   read -r etcd_port peer_port APISERVER_PORT kcm_port SCHED_PORT < <(free_ports 5) || fail ports "python3 could not find 5 free loopback ports"
   echo "$APISERVER_PORT" > "$DIR/apiserver.port"
+  # With a node, the apiserver reaches its kubelet (kubectl exec, logs, port-forward) at the
+  # node's address through an HTTP CONNECT proxy on a Unix socket in DIR that connects inside
+  # the node's namespace (scripts/node/netns-forward.py --connect, started in node_up): the
+  # egress selector's `cluster` connection, so no route to the node's address is added to the
+  # host. (A TCP proxy URL without TLS crashes the 1.37 apiserver at start.)
+  local node_args=()
+  if [ "$WITH_NODE" = 1 ]; then
+    cat > "$DIR/egress-selector.yaml" <<EGRESS
+apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: $DIR/kubelet-proxy.sock
+EGRESS
+    node_args=(--egress-selector-config-file "$DIR/egress-selector.yaml"
+      --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key"
+      --kubelet-preferred-address-types InternalIP)
+  fi
 
   # Plain HTTP on loopback, and no fsync: the data dies with DIR anyway.
   start etcd "$BIN/etcd" --name control-plane --data-dir "$DIR/etcd" \
@@ -315,7 +340,8 @@ up() {
     --authorization-mode Node,RBAC \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none ${APISERVER_EXTRA[@]+"${APISERVER_EXTRA[@]}"}
+    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none ${node_args[@]+"${node_args[@]}"} \
+    ${APISERVER_EXTRA[@]+"${APISERVER_EXTRA[@]}"}
   wait_for kube-apiserver sh -c "curl -sf --max-time 2 --cacert '$PKI/ca.crt' --cert '$PKI/admin.crt' --key '$PKI/admin.key' https://127.0.0.1:$APISERVER_PORT/readyz | grep -qx ok"
 
   kubeconfig "$DIR/admin.kubeconfig" admin
@@ -608,6 +634,10 @@ node_up() {
     "$SERVICE_IP:443=127.0.0.1:$APISERVER_PORT" "$NODE_IP:$APISERVER_PORT=127.0.0.1:$APISERVER_PORT"
   basename "$(cat "$DIR/python")" > "$DIR/forward-apiserver.exe"
   wait_for forward-apiserver grep -q listening "$DIR/logs/forward-apiserver.log"
+  start forward-kubelet "$(cat "$DIR/python")" "$REPO/scripts/node/netns-forward.py" "/proc/$(ns_pid)/ns/net" \
+    --connect "$DIR/kubelet-proxy.sock"
+  basename "$(cat "$DIR/python")" > "$DIR/forward-kubelet.exe"
+  wait_for forward-kubelet grep -q listening "$DIR/logs/forward-kubelet.log"
   start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$DIR/kube-scheduler.kubeconfig" \
     --authentication-kubeconfig "$DIR/kube-scheduler.kubeconfig" --authorization-kubeconfig "$DIR/kube-scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false

@@ -383,7 +383,8 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
         "the README's install command changed: {install:?}"
     );
     let t0 = Instant::now();
-    for line in &install {
+    let notes = work.run(&node.cp, &install[0]);
+    for line in &install[1..] {
         work.run(&node.cp, line);
     }
     let rn = node.workload(
@@ -401,6 +402,8 @@ fn cp_docs_readme_route_installs_a_leader_the_service_routes_to() {
             .any(|l| l.starts_with(&next) && l.contains("leader")),
         "the README's kubectl get does not show {next} as leader:\n{listed}"
     );
+    // 4b. What the chart's NOTES.txt (helm install's output) tells the user to run.
+    rn.notes_commands_work(&work, &notes, &next);
 
     // 5. The upgrade page's helm upgrade, as written, after a change to the values (a pod
     // annotation, which rolls the pods): every pod replaced, one leader labelled, and the leader
@@ -482,7 +485,107 @@ fn hello_workload(kind: &str, name: &str, image: &str) -> String {
     )
 }
 
+/// The commands the chart's NOTES.txt tells the user to run: each `kubectl` line, its `\`
+/// continuations joined.
+fn notes_commands(notes: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut open: Option<String> = None;
+    for line in notes.lines().map(str::trim) {
+        let part = line.trim_end_matches('\\').trim_end();
+        match open.as_mut() {
+            Some(c) => {
+                c.push(' ');
+                c.push_str(part);
+            }
+            None if line.starts_with("kubectl ") => open = Some(part.to_string()),
+            None => continue,
+        }
+        if !line.ends_with('\\') {
+            out.extend(open.take());
+        }
+    }
+    out
+}
+
 impl RealNode {
+    /// The commands of the chart's NOTES.txt (`notes`, as `helm install` printed them) work as
+    /// printed, on the real node: `check-config --connect` in a pod (`kubectl exec`) says every
+    /// endpoint counts and exits 0; `kubectl port-forward` to the leader Service reaches
+    /// `leader`'s app (its local port mapped to a free one: 8080 may be taken on this host).
+    fn notes_commands_work(&self, work: &Workdir, notes: &str, leader: &str) {
+        let commands = notes_commands(notes);
+        let exec = commands
+            .iter()
+            .find(|c| c.contains(" exec ") && c.contains("check-config --connect"))
+            .unwrap_or_else(|| panic!("NOTES.txt names no check-config exec:\n{notes}"));
+        let checked = work.run(&self.cp, exec);
+        let verdict = checked
+            .lines()
+            .find(|l| l.starts_with("# quorum:"))
+            .unwrap_or_else(|| panic!("check-config printed no quorum verdict:\n{checked}"));
+        assert!(
+            verdict.contains("3 of 3 endpoints usable"),
+            "NOTES.txt's check-config: {verdict}\n{checked}"
+        );
+        report("docs: NOTES.txt's kubectl exec check-config", verdict);
+
+        let forward = commands
+            .iter()
+            .find(|c| c.contains(" port-forward "))
+            .unwrap_or_else(|| panic!("NOTES.txt names no port-forward:\n{notes}"));
+        assert!(
+            forward.contains(" 8080:"),
+            "NOTES.txt's port-forward: {forward}"
+        );
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            l.local_addr().unwrap().port()
+        };
+        let line = forward.replace(" 8080:", &format!(" {port}:"));
+        report("docs: mapped", format!("`{forward}` -> local port {port}"));
+        let path = format!(
+            "{}:{}",
+            self.cp.bin("kubectl").parent().unwrap().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut child = Command::new("sh")
+            .args(["-c", &format!("exec {line}")])
+            .current_dir(work.path())
+            .env("PATH", path)
+            .env("KUBECONFIG", &self.cp.kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start kubectl port-forward");
+        let mut answer = None;
+        let reached = wait_for(Duration::from_secs(30), Duration::from_millis(300), || {
+            let out = Command::new("curl")
+                .args(["-s", "--max-time", "3"])
+                .arg(format!("http://127.0.0.1:{port}/"))
+                .output()
+                .ok()?;
+            let body = String::from_utf8_lossy(&out.stdout).into_owned();
+            answer = Some(body.clone());
+            body.contains(&format!("hello from {leader}"))
+                .then_some(body)
+        });
+        let _ = child.kill();
+        let out = child
+            .wait_with_output()
+            .expect("kubectl port-forward's output");
+        let body = reached.unwrap_or_else(|| {
+            panic!(
+                "NOTES.txt's port-forward ({line}) did not reach {leader}'s app; the last \
+                 answer: {answer:?}; kubectl said: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        report(
+            "docs: NOTES.txt's kubectl port-forward",
+            format!("http://127.0.0.1:{port}/ -> {}", body.trim()),
+        );
+    }
+
     /// The workload's `replicas` pods settle within `within` with one leader labelled, the
     /// leader Service lists exactly it, and a request through the Service reaches its app
     /// (`t0`: when the route's commands started). The leader's name.
