@@ -8,8 +8,11 @@
 //! From outside the product:
 //! - a watch of the Service's EndpointSlices, stamped as each state arrives here;
 //! - a prober in the node's network namespace sending `GET /` to the Service's cluster IP
-//!   through the real kube-proxy, a curl then a 10 ms sleep, in a loop; the app answers its
-//!   pod's name.
+//!   through the real kube-proxy, a curl then a 50 ms sleep, in a loop (the cluster-IP
+//!   figure's resolution; kube-proxy's own sync takes 0.6-1.5 s); the app answers its pod's name.
+//!   Both this prober and the poll for the next leader (every 250 ms) are kept slow on purpose:
+//!   each iteration spawns processes on the 2 cores the API server, etcd, the kubelet and the
+//!   sidecars share, and the sidecar's own write is what the first figure times.
 //!
 //! Per handover: the new leader's term start (its sidecar's own log line, on the host's clock,
 //! which the pods share) to the first slice state listing only it, the time the slice listed
@@ -88,7 +91,7 @@ impl Prober {
     fn start(node_pid: u32, ip: &str) -> Prober {
         let script = format!(
             "while :; do b=$(curl -s --max-time 0.3 http://{ip}:80/ 2>/dev/null); \
-             echo \"$EPOCHREALTIME ${{b:--}}\"; sleep 0.01; done"
+             echo \"$EPOCHREALTIME ${{b:--}}\"; sleep 0.05; done"
         );
         let mut child = Command::new("nsenter")
             .args([
@@ -316,10 +319,12 @@ fn run_route(rn: RealNode, ns: &str, route: &str, rounds: usize) -> (RealNode, u
             hand_over(&rn, kind, &old);
             // Another pod leads, or (SIGTERM) the same pod's restarted sidecar won a term of its
             // own: a named successor whose attempt fails leaves the lease to whoever wins next.
-            // Polled every 50 ms, not faster: each poll spawns a process per pod (nsenter,
-            // curl), load on the 2 cores beside the API server; the term start comes from the
-            // sidecar's own log, not from this poll.
-            let next = wait_for(Duration::from_secs(60), Duration::from_millis(50), || {
+            // Polled every 250 ms: each poll lists the pods on the API server and spawns a
+            // process per pod (nsenter, curl), load on the 2 cores beside the API server at the
+            // very moment the new leader writes (at 50 ms, 20 lists and about 60 processes a
+            // second). No figure depends on this poll: the term start comes from the sidecar's
+            // own log, the slice's states from the watch, the traffic from the prober's clock.
+            let next = wait_for(Duration::from_secs(60), Duration::from_millis(250), || {
                 rn.sidecar_leader()
                     .filter(|l| *l != old || term_start(&rn, l, t0).is_some())
             })
