@@ -101,13 +101,20 @@ lane() {
 }
 # raise_build NAME: a background build started at the lowest priority (its pid in
 # $LANES_DIR/NAME.pid) back to normal, its autogroup and its processes, unless it is done.
+# .ci/run starts the Go build before this script (CI_CONTROL_PLANE_BUILD_PID; this script's own
+# call then waits for it under the build lock): that one is raised with ours.
 raise_build() {
-  local pid
-  pid="$(cat "$LANES_DIR/$1.pid")"
+  local pid pids
+  pids="$(cat "$LANES_DIR/$1.pid")"
+  if [ "$1" = control-plane-build ] && [ -n "${CI_CONTROL_PLANE_BUILD_PID:-}" ]; then
+    pids="$pids $CI_CONTROL_PLANE_BUILD_PID"
+  fi
   if [ ! -e "$LANES_DIR/$1.rc" ]; then
     echo "-- raising the background build $1 to normal priority (the suites are done)"
-    echo 0 > "/proc/$pid/autogroup" 2>/dev/null || true
-    renice -n 0 -g "$pid" > /dev/null 2>&1 || true
+    for pid in $pids; do
+      echo 0 > "/proc/$pid/autogroup" 2>/dev/null || true
+      renice -n 0 -g "$pid" > /dev/null 2>&1 || true
+    done
   fi
 }
 # wait_for_build NAME: waits for a background build's exit code ($LANES_DIR/NAME.rc).
