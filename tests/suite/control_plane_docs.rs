@@ -127,23 +127,31 @@ impl Workdir {
         self.run_in(cp, line, &self.path())
     }
 
-    /// [`Workdir::run`] in `dir`.
-    fn run_in(&self, cp: &ControlPlane, line: &str, dir: &std::path::Path) -> String {
+    /// `sh -c line` in `dir`, as a user of the cluster would run it: its kubectl and helm first
+    /// on the PATH, its kubeconfig, a helm home of its own, and this workdir's variables.
+    fn sh(&self, cp: &ControlPlane, line: &str, dir: &std::path::Path) -> Command {
         let path = format!(
             "{}:{}",
             cp.bin("kubectl").parent().unwrap().display(),
             std::env::var("PATH").unwrap_or_default()
         );
         let helm_home = cp.dir.join("helm");
-        let out = Command::new("sh")
-            .args(["-c", line])
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", line])
             .current_dir(dir)
             .env("PATH", path)
             .env("KUBECONFIG", &cp.kubeconfig)
             .env("HELM_CACHE_HOME", helm_home.join("cache"))
             .env("HELM_CONFIG_HOME", helm_home.join("config"))
             .env("HELM_DATA_HOME", helm_home.join("data"))
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    /// [`Workdir::run`] in `dir`.
+    fn run_in(&self, cp: &ControlPlane, line: &str, dir: &std::path::Path) -> String {
+        let out = self
+            .sh(cp, line, dir)
             .output()
             .unwrap_or_else(|e| panic!("cannot run sh -c {line:?}: {e}"));
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -543,16 +551,8 @@ impl RealNode {
         };
         let line = forward.replace(" 8080:", &format!(" {port}:"));
         report("docs: mapped", format!("`{forward}` -> local port {port}"));
-        let path = format!(
-            "{}:{}",
-            self.cp.bin("kubectl").parent().unwrap().display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let mut child = Command::new("sh")
-            .args(["-c", &format!("exec {line}")])
-            .current_dir(work.path())
-            .env("PATH", path)
-            .env("KUBECONFIG", &self.cp.kubeconfig)
+        let mut child = work
+            .sh(&self.cp, &format!("exec {line}"), &work.path())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -10,12 +10,9 @@
 //! version is shown by a build with that toolchain (`cargo +VERSION check --all-targets`,
 //! CONTRIBUTING.md); the suite does not install toolchains.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use testkit::repo;
 
 /// `1.89`, `1.89.0` → (1, 89, 0).
 fn parse(v: &str) -> (u32, u32, u32) {
