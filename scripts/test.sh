@@ -93,7 +93,7 @@ lane_stage() {
 LANES=()
 lane() {
   local name=$1 fn=$2
-  setsid bash -c "$(declare -f lane_stage raise_build wait_for_build "$fn"; declare -p NODE_TESTS SKIP_NODE_TESTS MODEL_SLOW_SKIPS); set -uo pipefail; export TIMES LANES_DIR; rc=0; $fn || rc=\$?; echo \$rc > '$LANES_DIR/$name.rc'; exit \$rc" \
+  setsid bash -c "$(declare -f lane_stage raise_build wait_for_build wait_for_builds set_lane_priority "$fn"; declare -p NODE_TESTS SKIP_NODE_TESTS MODEL_SLOW_SKIPS); set -uo pipefail; export TIMES LANES_DIR; rc=0; $fn || rc=\$?; echo \$rc > '$LANES_DIR/$name.rc'; exit \$rc" \
     > "$LANES_DIR/$name.log" 2>&1 < /dev/null &
   BACKGROUND+=("$!")
   LANES+=("$name")
@@ -121,6 +121,12 @@ raise_build() {
 wait_for_build() {
   while [ ! -e "$LANES_DIR/$1.rc" ]; do sleep 2; done
   return "$(cat "$LANES_DIR/$1.rc")"
+}
+# wait_for_builds: both background builds' ends, whatever their outcome (the lanes that need
+# them report a failure).
+wait_for_builds() {
+  wait_for_build control-plane-build || true
+  wait_for_build image-build || true
 }
 # wait_lanes: every lane's end; prints a failed lane's log whole, and fails if any failed.
 wait_lanes() {
@@ -214,10 +220,10 @@ SUITE_BIN="$(test_binary suite)"
 export MODEL_BIN SUITE_BIN
 
 # From here on, lanes (see `lane` above), in two phases. Beside the foreground's suites (the
-# previous release, the suite on Redis, Valkey and mixed trios) only the model check runs: one
-# busy core. Once they are done, two lanes run side by side: the control plane with the stand-in
-# kubelet and the check scripts (these first while the Go build still runs), and the real node
-# (after the image). The control-plane
+# previous release, the suite on Redis, Valkey and mixed trios) only the model check runs, at the
+# lowest priority. Once they are done, three lanes run side by side: the control plane with the
+# stand-in kubelet, the real node (after the image), and the check scripts (after both background
+# builds, below the other two in priority). The control-plane
 # tests wait for the suites because their rollouts against real controllers, beside a suite of
 # sidecars and redis-servers and every check script, moved a rollout's leadership twice (at a
 # load average of 30, 2026-11-29). The real-node tests get a lane of their own (containerd and a
@@ -234,9 +240,20 @@ SKIP_NODE_TESTS=(--skip cp_docs_ --skip cp_node_ --skip cp_real_node_)
 export LANES_DIR TIMES
 export TEST_THREADS="${TEST_THREADS:-2}"
 
+# Where a fresh machine's time goes (docs/results/test-command.md, run 4): the real-node lane can
+# start only once the Go build and the image's build are done, and its tests then wait on real
+# time, with the CPU mostly idle. Work that keeps a core busy but needs neither build (the model,
+# the benchmark's smoke, Prometheus's checks) therefore runs below the builds in priority: before
+# they are done it takes only the CPU they leave, and the rest of it runs in that idle tail.
+# set_lane_priority N: this lane's autogroup (setsid gave it one; the kernel shares the CPU
+# between autogroups by their own nice value, whatever the nice values inside them) at nice N.
+set_lane_priority() {
+  echo "$1" > /proc/self/autogroup 2>/dev/null || true
+  renice -n "$1" -p $$ > /dev/null 2>&1 || true
+}
 # The model check (tests/model.rs, docs/model.md), one check at a time (unoptimized it would be
 # about five times slower, so a debug build lists its checks as ignored): one busy core beside the
-# suites, which hold to three (issue 52).
+# suites, which hold to three (issue 52), at the lowest priority in the full run (above).
 lane_checks() {
   if [ "$MODE" = quick ]; then
     # The model's searches that take seconds (MODEL_SLOW_SKIPS above).
@@ -244,34 +261,34 @@ lane_checks() {
       "$MODEL_BIN" --test-threads=1 "${MODEL_SLOW_SKIPS[@]}"
     return
   fi
+  if [ "$MODE" = all ]; then set_lane_priority 19; fi
   lane_stage checks "cargo test --release --test model (stateright model check: each hazard off and on; S1, S2, the release proof's invariant)" \
     "$MODEL_BIN" --test-threads=1
 }
+# The check scripts that need nothing from the background builds (check-bench.sh is the
+# benchmark's smoke: every section's code once, no figures kept, the figures are
+# scripts/bench.sh's; check-observability.sh a real Prometheus), after the suites and after both
+# builds: they start when the last two lanes can, and run beside them one step below in priority
+# (nice 10), in the time those lanes' tests spend waiting.
+lane_scripts() {
+  lane_stage scripts "waiting for the foreground's suites (see below)" wait_for_build foreground || return
+  lane_stage scripts "waiting for the background builds (the Go build and the image's)" wait_for_builds
+  set_lane_priority 10
+  local check
+  for check in scripts/check-*.sh; do
+    case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
+    lane_stage scripts "$check" bash "$check" || return
+  done
+}
 # The control plane with the stand-in kubelet (tests/suite/control_plane.rs,
-# control_plane_rollout.rs), then the check scripts that need nothing from the control-plane
-# build: check-bench.sh is the benchmark's smoke (every section's code once, no figures kept; the
-# figures are scripts/bench.sh's), check-observability.sh a real Prometheus.
-# On a cold machine the Go build may still run when the suites are done: the check scripts,
-# which need nothing from it, fill that wait, and the control-plane tests start as soon as it ends.
+# control_plane_rollout.rs), as soon as the Go build is done.
 lane_control_plane() {
   lane_stage control-plane "waiting for the foreground's suites (see below)" wait_for_build foreground || return
   raise_build control-plane-build
-  local check checks=() later=()
-  for check in scripts/check-*.sh; do
-    case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
-    checks+=("$check")
-  done
-  for check in "${checks[@]}"; do
-    if [ -e "$LANES_DIR/control-plane-build.rc" ]; then later+=("$check"); continue; fi
-    lane_stage control-plane "$check (while the control-plane build runs)" bash "$check" || return
-  done
   lane_stage control-plane "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
     wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
   lane_stage control-plane "cargo test: the control plane with the stand-in kubelet (cp_*, not the real node's)" \
-    "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}" || return
-  for check in "${later[@]}"; do
-    lane_stage control-plane "$check" bash "$check" || return
-  done
+    "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}"
 }
 # The real node (tests/suite/control_plane_node.rs, control_plane_docs.rs), after the image; then
 # check-packaging.sh (its helm comes from the control-plane build).
@@ -299,6 +316,7 @@ lane checks lane_checks
 if [ "$MODE" = all ]; then
   lane control-plane lane_control_plane
   lane node lane_node
+  lane scripts lane_scripts
 fi
 
 # In the foreground: the previous release's binary, built from git once (cached in
