@@ -154,7 +154,7 @@ def main() -> int:
 SIDECAR_ENDPOINTS_README = """\
 # The sidecar route for manifests/base (leaderService.endpoints: sidecar in the chart): the
 # leader Service loses its selector, the leader's sidecar writes its EndpointSlice (created here,
-# without endpoints), every write fenced by the term's token. Adds endpointslices get and update
+# without endpoints), every write fenced by the term's token. Adds endpointslices get, watch and update
 # on that one slice to the Role, POD_IP to the sidecar, and kubernetes.endpointSlice to its
 # config. Use it beside the base:
 #   resources: [../base]

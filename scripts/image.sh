@@ -246,8 +246,11 @@ build_image() {
   wait "$reg_pid" 2>/dev/null || true
   reg_pid=""
   finish_layout "$work/layout" "$ref"
-  tar_layout "$work/layout" "$out.tmp" "$mtime"
-  mv "$out.tmp" "$out"
+  # A temporary name of this process's own, renamed into place: two builds of the same archive
+  # at once (a check script's and a real-node test's, in two lanes of scripts/test.sh) each
+  # write their own, and the rename is atomic.
+  tar_layout "$work/layout" "$out.tmp.$$" "$mtime"
+  mv "$out.tmp.$$" "$out"
   rm -rf "$work"
   trap - EXIT
   log "image $ref ($(oci_arch)) in $out: $(stat -c %s "$out") bytes, built in $((SECONDS - start)) s"

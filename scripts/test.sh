@@ -93,7 +93,7 @@ lane_stage() {
 LANES=()
 lane() {
   local name=$1 fn=$2
-  setsid bash -c "$(declare -f lane_stage raise_build wait_for_build wait_for_builds set_lane_priority "$fn"; declare -p NODE_TESTS SKIP_NODE_TESTS MODEL_SLOW_SKIPS); set -uo pipefail; export TIMES LANES_DIR; rc=0; $fn || rc=\$?; echo \$rc > '$LANES_DIR/$name.rc'; exit \$rc" \
+  setsid bash -c "$(declare -f lane_stage raise_build wait_for_build wait_for_builds set_lane_priority "$fn"; declare -p NODE_TESTS NODE_HOST_TEST SKIP_NODE_TESTS MODEL_SLOW_SKIPS); set -uo pipefail; export TIMES LANES_DIR; rc=0; $fn || rc=\$?; echo \$rc > '$LANES_DIR/$name.rc'; exit \$rc" \
     > "$LANES_DIR/$name.log" 2>&1 < /dev/null &
   BACKGROUND+=("$!")
   LANES+=("$name")
@@ -220,10 +220,11 @@ SUITE_BIN="$(test_binary suite)"
 export MODEL_BIN SUITE_BIN
 
 # From here on, lanes (see `lane` above), in two phases. Beside the foreground's suites (the
-# previous release, the suite on Redis, Valkey and mixed trios) only the model check runs, at the
-# lowest priority. Once they are done, three lanes run side by side: the control plane with the
-# stand-in kubelet, the real node (after the image), and the check scripts (after both background
-# builds, below the other two in priority). The control-plane
+# previous release, the suite on Redis, Valkey and mixed trios) only the background builds run
+# (and the model check, with --rust and --quick, which build nothing). Once they are done, three
+# lanes run side by side: the control plane with the stand-in kubelet, the real node, and the
+# check scripts (after both background builds, below the other two in priority); the model runs
+# once both builds are done, at the lowest priority. The control-plane
 # tests wait for the suites because their rollouts against real controllers, beside a suite of
 # sidecars and redis-servers and every check script, moved a rollout's leadership twice (at a
 # load average of 30, 2026-11-29). The real-node tests get a lane of their own (containerd and a
@@ -252,8 +253,9 @@ set_lane_priority() {
   renice -n "$1" -p $$ > /dev/null 2>&1 || true
 }
 # The model check (tests/model.rs, docs/model.md), one check at a time (unoptimized it would be
-# about five times slower, so a debug build lists its checks as ignored): one busy core beside the
-# suites, which hold to three (issue 52), at the lowest priority in the full run (above).
+# about five times slower, so a debug build lists its checks as ignored): one busy core, beside
+# the suites (which hold to three, issue 52) with --rust and --quick, after the builds at the
+# lowest priority in the full run.
 lane_checks() {
   if [ "$MODE" = quick ]; then
     # The model's searches that take seconds (MODEL_SLOW_SKIPS above).
@@ -261,22 +263,28 @@ lane_checks() {
       "$MODEL_BIN" --test-threads=1 "${MODEL_SLOW_SKIPS[@]}"
     return
   fi
-  if [ "$MODE" = all ]; then set_lane_priority 19; fi
+  if [ "$MODE" = all ]; then
+    # On a fresh machine the builds need every CPU second the suites leave (a cold run with the
+    # model beside them at the lowest priority still took a share from the image's build): the
+    # model starts once both are done, in the real node's idle tail.
+    lane_stage checks "waiting for the background builds (the Go build and the image's)" wait_for_builds
+    set_lane_priority 19
+  fi
   lane_stage checks "cargo test --release --test model (stateright model check: each hazard off and on; S1, S2, the release proof's invariant)" \
     "$MODEL_BIN" --test-threads=1
 }
-# The check scripts that need nothing from the background builds (check-bench.sh is the
-# benchmark's smoke: every section's code once, no figures kept, the figures are
-# scripts/bench.sh's; check-observability.sh a real Prometheus), after the suites and after both
-# builds: they start when the last two lanes can, and run beside them one step below in priority
-# (nice 10), in the time those lanes' tests spend waiting.
+# The check scripts (check-image.sh checks the image's archive with the real tools;
+# check-bench.sh is the benchmark's smoke: every section's code once, no figures kept, the
+# figures are scripts/bench.sh's; check-observability.sh a real Prometheus; check-packaging.sh
+# the chart and manifests, with the Go build's helm, actionlint and helm-docs), after the suites
+# and after both builds: they start when the last two lanes can, and run beside them one step
+# below in priority (nice 10), in the time those lanes' tests spend waiting.
 lane_scripts() {
   lane_stage scripts "waiting for the foreground's suites (see below)" wait_for_build foreground || return
   lane_stage scripts "waiting for the background builds (the Go build and the image's)" wait_for_builds
   set_lane_priority 10
   local check
   for check in scripts/check-*.sh; do
-    case "$check" in scripts/check-packaging.sh | scripts/check-image.sh) continue ;; esac
     lane_stage scripts "$check" bash "$check" || return
   done
 }
@@ -290,8 +298,9 @@ lane_control_plane() {
   lane_stage control-plane "cargo test: the control plane with the stand-in kubelet (cp_*, not the real node's)" \
     "$SUITE_BIN" --test-threads=1 cp_ "${SKIP_NODE_TESTS[@]}"
 }
-# The real node (tests/suite/control_plane_node.rs, control_plane_docs.rs), after the image; then
-# check-packaging.sh (its helm comes from the control-plane build).
+# The real node (tests/suite/control_plane_node.rs, control_plane_docs.rs): the host check that
+# runs no image of ours as soon as the Go build is done, the rest after the image.
+NODE_HOST_TEST=control_plane_node::cp_node_down_leaves_nothing_behind
 lane_node() {
   lane_stage node "waiting for the foreground's suites (see below)" wait_for_build foreground || return
   # The image's build and the Go build run at the lowest priority until the suites are done
@@ -299,15 +308,15 @@ lane_node() {
   # to normal priority (their own autogroups and their processes), then waited for.
   raise_build image-build
   raise_build control-plane-build
-  lane_stage node "waiting for the image's static binary and crane (background build; log $IMAGE_BUILD_LOG)" \
-    wait_for_build image-build \
-    || echo "-- the image's background build failed (log $IMAGE_BUILD_LOG); check-image.sh and the real-node tests build it again" >&2
-  lane_stage node "scripts/check-image.sh" bash scripts/check-image.sh || return
   lane_stage node "waiting for the control-plane build (scripts/control-plane.sh build; log $CP_BUILD_LOG)" \
     wait_for_build control-plane-build || { cat "$CP_BUILD_LOG"; echo "test.sh: $CP_BUILD_FAILED" >&2; return 1; }
+  lane_stage node "cargo test: the real node's host check ($NODE_HOST_TEST; busybox only, no image of ours)" \
+    "$SUITE_BIN" --test-threads=1 --exact "$NODE_HOST_TEST" || return
+  lane_stage node "waiting for the image's static binary and crane (background build; log $IMAGE_BUILD_LOG)" \
+    wait_for_build image-build \
+    || echo "-- the image's background build failed (log $IMAGE_BUILD_LOG); the real-node tests and check-image.sh build it again" >&2
   lane_stage node "cargo test: the real node (cp_docs_*, cp_node_*, cp_real_node_*; one node at a time)" \
-    "$SUITE_BIN" --test-threads=1 "${NODE_TESTS[@]}" || return
-  lane_stage node "scripts/check-packaging.sh" bash scripts/check-packaging.sh
+    "$SUITE_BIN" --test-threads=1 "${NODE_TESTS[@]}" --skip "$NODE_HOST_TEST"
 }
 CP_BUILD_FAILED="scripts/control-plane.sh build failed (its log is above). The control-plane tests need Go 1.26 and the Go module proxy (install Go from https://go.dev/dl/, or put it in /usr/local/go/bin) and, for a cold build, about 6.6 GB free for the Go caches (GOCACHE, GOMODCACHE) and 0.4 GB for the binaries; a 'no space left on device' in the log is the latter."
 export MODE CP_BUILD_LOG="${CP_BUILD_LOG:-}" IMAGE_BUILD_LOG="${IMAGE_BUILD_LOG:-}" CP_BUILD_FAILED

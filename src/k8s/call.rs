@@ -12,7 +12,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every `verb` label of `redlock_elector_kube_requests_total`: pods get, watch, list and patch,
 /// events create (the calls of `standing.rs` and of `publish::k8s`'s `pods.rs` and `events.rs`),
-/// and the EndpointSlice's get, update and create (`publish::k8s`'s `endpoints.rs`).
+/// and the EndpointSlice's get, watch, update and create (`publish::k8s`'s `endpoints.rs` and
+/// `follow.rs`).
 pub const VERBS: [&str; 6] = ["get", "watch", "list", "patch", "create", "update"];
 
 /// Every `result` label: `ok`, each [`CallError::metric_label`], and `cancelled` (see

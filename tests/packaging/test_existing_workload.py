@@ -251,7 +251,7 @@ def test_sidecar_endpoints_component_on_the_base_is_the_charts_sidecar_route(tmp
     (role,) = [o for (k, _), o in built.items() if k == "Role"]
     slice_rules = [r for r in role["rules"] if r["resources"] == ["endpointslices"]]
     assert slice_rules == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                            "resourceNames": ["my-app-leader"], "verbs": ["get", "update"]}]
+                            "resourceNames": ["my-app-leader"], "verbs": ["get", "watch", "update"]}]
     # The published schema marks EndpointSlice.endpoints required; the API server does not
     # (the control-plane tests install this slice). The chart leaves the field out on purpose:
     # a manifest that set `endpoints: []` would own the field, and a re-apply or an upgrade

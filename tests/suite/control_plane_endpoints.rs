@@ -8,9 +8,10 @@
 //!   hazard: the resumed write lands and the Service points back at the stale leader.
 //! - A 409, a deleted slice re-created, a later term's token refused with its Event: in
 //!   `control_plane_slice_faults.rs`.
-//! - RBAC: with `get` or `update` taken from the Role's endpointslices rule, the new leader's
-//!   sidecar names the verb (log and metric), the election goes on, and the slice converges
-//!   once the verb is back.
+//! - RBAC: with `get`, `watch` or `update` taken from the Role's endpointslices rule, the new
+//!   leader's sidecar names the verb (log and metric) and the election goes on; without `get`
+//!   or `update` the slice does not list it until the verb is back, without `watch` it reads the
+//!   slice before its write and lists itself.
 
 use testkit::cluster;
 use testkit::common;
@@ -20,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cluster::ControlPlane;
+use cluster::kubelet::PodRun;
 use cluster::release::*;
 use common::*;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -278,6 +280,7 @@ fn cp_with_the_endpoint_fence_off_a_paused_leader_points_the_slice_back() {
 
 #[test]
 fn cp_a_slice_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
+    const VERBS: [&str; 3] = ["get", "watch", "update"];
     let cp = ControlPlane::up();
     let nodes = redis_cluster(3, TTL);
     let rel = Release::install(&cp, "slicerbac", &nodes, 3, &sidecar_route(&[]));
@@ -294,23 +297,44 @@ fn cp_a_slice_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
         .position(|r| r["resources"] == serde_json::json!(["endpointslices"]))
         .unwrap_or_else(|| panic!("no endpointslices rule in the Role: {original}"));
     let rule = original["rules"][index].clone();
-    assert_eq!(
-        rule["verbs"],
-        serde_json::json!(["get", "update"]),
-        "{original}"
-    );
+    assert_eq!(rule["verbs"], serde_json::json!(VERBS), "{original}");
     assert_eq!(
         rule["resourceNames"],
         serde_json::json!([slice]),
         "{original}"
     );
-    for verb in ["get", "update"] {
-        let kept: Vec<&str> = ["get", "update"]
-            .into_iter()
-            .filter(|v| *v != verb)
-            .collect();
+    // With every verb, a new term writes on the watch's copy of the slice, without reading it
+    // first (a 409 on the copy may send one write of a handover to a read: three tries).
+    let mut sources = vec![];
+    for _ in 0..3 {
+        let before = list_write_counts(&rel);
+        assert_eq!(rel.kubelet.pod(&leader).step_down(), Some(200));
+        let next = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
+            rel.leader_besides(&leader)
+        })
+        .expect("a next leader after a step-down");
+        leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(15));
+        assert_eq!(leader, next);
+        sources.push(Some(new_list_write(&rel, &next, &before)));
+        if sources.last() == Some(&Some("watch".into())) {
+            break;
+        }
+    }
+    report(
+        "what the new leaders' writes were decided on",
+        format!("{sources:?}"),
+    );
+    assert!(
+        sources.contains(&Some("watch".into())),
+        "no new leader wrote on the watch's copy: {sources:?}"
+    );
+    for verb in VERBS {
+        let kept: Vec<&str> = VERBS.into_iter().filter(|v| *v != verb).collect();
         set_verbs(&cp, &rel, &role, index, &serde_json::json!(kept));
-        // A new term: the new leader must read (get) and write (update) the slice.
+        // The other pods' sidecars start again under the Role without the verb (a watch already
+        // open is not cut by a change of the Role), then the leader steps down to one of them.
+        restart_sidecars_besides(&rel, &leader);
+        let before = list_write_counts(&rel);
         assert_eq!(rel.kubelet.pod(&leader).step_down(), Some(200));
         let next = wait_for(Duration::from_secs(20), Duration::from_millis(20), || {
             rel.leader_besides(&leader)
@@ -355,6 +379,19 @@ fn cp_a_slice_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
         );
         // Still leading: the election does not wait for the API server.
         assert!(pod.view().unwrap().is_leader);
+        if verb == "watch" {
+            // Without the watch the new leader reads the slice before its write, and lists itself.
+            leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(15));
+            assert_eq!(leader, next);
+            assert_eq!(
+                new_list_write(&rel, &next, &before),
+                "get",
+                "{}",
+                pod.logs()
+            );
+            set_verbs(&cp, &rel, &role, index, &rule["verbs"]);
+            continue;
+        }
         assert!(
             !slice_addresses(&cp, &rel.ns, &slice)
                 .unwrap_or_default()
@@ -365,6 +402,61 @@ fn cp_a_slice_verb_missing_from_the_role_is_named_and_the_election_goes_on() {
         set_verbs(&cp, &rel, &role, index, &rule["verbs"]);
         leader = wait_slice_converged(&cp, &rel, &slice, Duration::from_secs(30));
         assert_eq!(leader, next);
+    }
+}
+
+/// What each of `pod`'s writes listing itself was decided on (`decided_on` of its "endpoint
+/// slice written" lines), oldest first.
+fn list_writes(pod: &PodRun) -> Vec<String> {
+    pod.logs()
+        .lines()
+        .filter(|l| l.contains("\"endpoint slice written\"") && l.contains("\"kind\":\"list\""))
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l[l.find('{')?..]).ok()?;
+            Some(v["decided_on"].as_str()?.to_string())
+        })
+        .collect()
+}
+
+/// How many writes listing itself each live pod's sidecar has logged so far.
+fn list_write_counts(rel: &Release) -> Vec<(String, usize)> {
+    rel.live()
+        .iter()
+        .map(|p| (p.name.clone(), list_writes(p).len()))
+        .collect()
+}
+
+/// What `pod`'s first write listing itself since `before` ([`list_write_counts`]) was decided on,
+/// once it logged it (its log line follows the server's answer, which the slice may show first).
+fn new_list_write(rel: &Release, pod: &str, before: &[(String, usize)]) -> String {
+    let seen = before
+        .iter()
+        .find(|(name, _)| name == pod)
+        .map_or(0, |(_, n)| *n);
+    wait_for(Duration::from_secs(10), Duration::from_millis(20), || {
+        list_writes(&rel.kubelet.pod(pod)).get(seen).cloned()
+    })
+    .unwrap_or_else(|| panic!("{pod} logged no new write listing itself"))
+}
+
+/// SIGKILL every live pod's sidecar but `but`'s, and wait until each runs again (the stand-in
+/// kubelet restarts it after its back-off) and answers `/leader`.
+fn restart_sidecars_besides(rel: &Release, but: &str) {
+    let before: Vec<(String, Option<u32>)> = rel
+        .live()
+        .into_iter()
+        .filter(|p| p.name != but)
+        .map(|p| (p.name, p.pid))
+        .collect();
+    for (name, _) in &before {
+        rel.kubelet.kill(name);
+    }
+    for (name, pid) in &before {
+        wait_for(Duration::from_secs(40), Duration::from_millis(100), || {
+            let p = rel.kubelet.pod(name);
+            (p.pid.is_some() && p.pid != *pid && p.view().is_some()).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{name}'s sidecar did not run again after SIGKILL"));
     }
 }
 

@@ -7,8 +7,10 @@ RBAC for the sidecar: exactly what the binary uses, in its own namespace only
 - pods patch: label its own pod, demote a stale leader;
 - events create (core/v1): one leadership Event per change (never aggregated, so no patch);
 with leaderService.endpoints: sidecar, also
-- endpointslices get, update (discovery.k8s.io), on the leader Service's slice only
-  (resourceNames): read it, write the leader's address fenced by its resourceVersion;
+- endpointslices get, watch, update (discovery.k8s.io), on the leader Service's slice only
+  (resourceNames; a watch names it with a metadata.name field selector): read it, follow it so
+  that a new term writes without reading first, write the leader's address fenced by its
+  resourceVersion;
 - endpointslices create, only with leaderService.recreateSlice: re-create the slice if someone
   deleted it. create cannot be limited to one name, and an EndpointSlice labelled with any
   Service's name adds endpoints to that Service, so it is off by default (the chart creates
@@ -27,7 +29,7 @@ Argument: the context dict.
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   resourceNames: [{{ include "redlock-elector.leaderServiceName" . | quote }}]
-  verbs: ["get", "update"]
+  verbs: ["get", "watch", "update"]
 {{- if .values.leaderService.recreateSlice }}
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]

@@ -11,18 +11,23 @@
 //! slice changed (409) and then nothing of its own to remove. That is why the removal need not
 //! finish before the release: it runs as the term ends, beside the release, like the label.
 //!
+//! A new term decides on the copy a watch of the slice keeps ([`super::follow`]) instead of
+//! reading the slice first: one request from the term's start to the slice listing its leader,
+//! not two. A 409 on that copy waits briefly for the watch's next version, then reads.
+//!
 //! Failures retry with jittered backoff until the slice says what the term wants; a missing
 //! slice is re-created by a leader (the `create` verb, which the chart grants only on request);
 //! a refused stale write is counted and reported as a Warning Event on the slice.
 //!
-//! RBAC used: endpointslices (discovery.k8s.io) get and update on the named slice, create if
-//! it must be re-created; events create.
+//! RBAC used: endpointslices (discovery.k8s.io) get, watch and update on the named slice
+//! (without `watch` each new term reads the slice first), create if it must be re-created;
+//! events create.
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
@@ -30,7 +35,8 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::slice::{Decision, Own, Seen, Want, decide, fresh, written};
+use super::follow::{Watched, follow, read};
+use super::slice::{Decision, Own, Seen, Want, decide, fresh, stale_write_event, written};
 use super::{BACKOFF_MAX, retry_backoff};
 use crate::backoff::Backoff;
 use crate::config::EndpointSliceConfig;
@@ -67,6 +73,8 @@ pub struct SlicePublisher {
     leadership: watch::Receiver<Leadership>,
     /// How the writes are fenced.
     fence: Fence,
+    /// The watch's copy of the slice, once [`SlicePublisher::run`] started the watch.
+    copy: Option<watch::Receiver<Watched>>,
 }
 
 /// The loop's state between wake-ups.
@@ -91,6 +99,9 @@ struct State {
     finishing: bool,
     /// The elector's watch is closed.
     elector_gone: bool,
+    /// The `resourceVersion` a write was just refused on (409): the watch's copy of that
+    /// version is not used again.
+    refused_version: Option<String>,
 }
 
 impl SlicePublisher {
@@ -117,6 +128,7 @@ impl SlicePublisher {
             metrics,
             leadership,
             fence,
+            copy: None,
         }
     }
 
@@ -157,6 +169,18 @@ impl SlicePublisher {
         self.own.namespace = self.settings.namespace_of(&client);
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &self.own.namespace);
         let events: Api<Event> = Api::namespaced(client, &self.own.namespace);
+        // The watch of the slice runs as long as this loop does.
+        let stop_copy = CancellationToken::new();
+        let _stop_copy = stop_copy.clone().drop_guard();
+        let (copy_tx, copy_rx) = watch::channel(Watched::default());
+        self.copy = Some(copy_rx);
+        tokio::spawn(follow(
+            self.settings.clone(),
+            self.own.slice.clone(),
+            self.metrics.clone(),
+            copy_tx,
+            stop_copy,
+        ));
         tracing::info!(slice = %self.own.slice, lease = %self.own.lease, ip = %self.own.ip,
             fenced = self.fence.on, "endpoint slice publishing started");
         let mut st = State {
@@ -170,6 +194,7 @@ impl SlicePublisher {
             refused_for: None,
             finishing: false,
             elector_gone: false,
+            refused_version: None,
         };
         loop {
             let now = Instant::now();
@@ -209,9 +234,9 @@ impl SlicePublisher {
         if matches!(want, Want::Lead { .. }) && !matches!(st.done_for, Some(Want::Lead { .. })) {
             st.cached = None;
         }
-        let slice = match st.cached.take() {
-            Some(s) => s,
-            None => match call(&self.metrics, "get", api.get(&self.own.slice)).await {
+        let (slice, read) = match st.cached.take() {
+            Some(s) => (s, "last write"),
+            None => match self.read(api, st, want).await {
                 Ok(s) => s,
                 Err(CallError::NotFound(_)) if want == Want::Follow => {
                     // No slice lists nobody: nothing to remove.
@@ -225,7 +250,7 @@ impl SlicePublisher {
                         Ok(s) => {
                             tracing::warn!(slice = %self.own.slice, "the endpoint slice was missing; re-created it");
                             self.metrics.slice_written("create");
-                            s
+                            (s, "create")
                         }
                         Err(e) => return self.failed(st, want, &e),
                     }
@@ -269,6 +294,7 @@ impl SlicePublisher {
             Decision::List { .. } => "list",
             _ => "empty",
         };
+        let sent_version = body.metadata.resource_version.clone();
         let params = PostParams::default();
         let sent = call(
             &self.metrics,
@@ -289,7 +315,9 @@ impl SlicePublisher {
             Some(Ok(s)) => {
                 self.metrics.slice_written(kind);
                 // One line a term: the real-node benchmark reads the write's moment from it.
-                tracing::info!(slice = %self.own.slice, ?want, kind,
+                // `decided_on`: what the write was decided on (the watch's copy, a GET, the
+                // answer of the last write, a create).
+                tracing::info!(slice = %self.own.slice, ?want, kind, decided_on = read,
                     version = s.metadata.resource_version.as_deref().unwrap_or(""),
                     "endpoint slice written");
                 st.last_meta = Some(s.metadata.clone());
@@ -298,6 +326,7 @@ impl SlicePublisher {
             }
             Some(Err(CallError::Conflict(_))) => {
                 self.metrics.slice_conflict();
+                st.refused_version = sent_version;
                 st.conflicts += 1;
                 if st.conflicts > CONFLICTS_AT_ONCE {
                     let e = CallError::Conflict(Box::default());
@@ -309,6 +338,27 @@ impl SlicePublisher {
             Some(Err(CallError::NotFound(_))) => {}
             Some(Err(e)) => self.failed(st, want, &e),
         }
+    }
+
+    /// The slice to decide on ([`read`]).
+    async fn read(
+        &mut self,
+        api: &Api<EndpointSlice>,
+        st: &mut State,
+        want: Want,
+    ) -> Result<(EndpointSlice, &'static str), CallError> {
+        let copy = match want {
+            Want::Lead { .. } => self.copy.as_mut(),
+            Want::Follow => None,
+        };
+        read(
+            copy,
+            st.refused_version.take(),
+            api,
+            &self.own.slice,
+            &self.metrics,
+        )
+        .await
     }
 
     /// The slice says `want`.
@@ -357,44 +407,16 @@ impl SlicePublisher {
             self.settings.identity, self.own.ip, self.own.slice, self.own.lease
         );
         tracing::warn!(slice = %self.own.slice, token, theirs, "{message}");
-        let event = self.event(slice, message);
+        let event = stale_write_event(
+            &self.own,
+            slice,
+            &self.settings.identity,
+            message,
+            Timestamp::now(),
+        );
         let params = PostParams::default();
         if let Err(e) = call(&self.metrics, "create", events.create(&params, &event)).await {
             tracing::warn!(error = %e, "dropping the Event of a refused endpoint slice write");
-        }
-    }
-
-    /// A Warning Event on the slice.
-    fn event(&self, slice: &EndpointSlice, message: String) -> Event {
-        let at = Timestamp::now();
-        let time = Time(at);
-        Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", self.own.slice, at.as_nanosecond())),
-                namespace: Some(self.own.namespace.clone()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("discovery.k8s.io/v1".into()),
-                kind: Some("EndpointSlice".into()),
-                name: Some(self.own.slice.clone()),
-                namespace: Some(self.own.namespace.clone()),
-                uid: slice.metadata.uid.clone(),
-                ..Default::default()
-            },
-            reason: Some("StaleEndpointWriteRefused".into()),
-            message: Some(message),
-            type_: Some("Warning".into()),
-            count: Some(1),
-            first_timestamp: Some(time.clone()),
-            last_timestamp: Some(time),
-            source: Some(EventSource {
-                component: Some("redlock-elector".into()),
-                host: None,
-            }),
-            reporting_component: Some("redlock-elector".into()),
-            reporting_instance: Some(self.settings.identity.clone()),
-            ..Default::default()
         }
     }
 }

@@ -18,7 +18,7 @@
 //! The rooms: [`converge`] (the loop that drives the label to the wanted role), [`patch`] (pure
 //! merge-patch builders), `pods` (the pod calls, demote before promote), `events` (the Event
 //! queue and its sender); with `kubernetes.endpointSlice`, [`endpoints`] (the loop that writes
-//! the leader Service's EndpointSlice, on its own task) and [`slice`] (its fence, pure). The client, its settings and the counted API call are
+//! the leader Service's EndpointSlice, on its own task), `follow` (a watch's copy of that slice) and [`slice`] (its fence, pure). The client, its settings and the counted API call are
 //! [`crate::k8s`]'s, shared with the pod reader there (an input of the elector, not part of this
 //! publisher).
 //!
@@ -35,6 +35,7 @@ use crate::leadership::Leadership;
 pub mod converge;
 pub mod endpoints;
 mod events;
+mod follow;
 pub mod patch;
 mod pods;
 pub mod slice;

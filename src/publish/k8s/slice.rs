@@ -12,9 +12,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::config::SlicePort;
 
@@ -204,6 +205,45 @@ fn endpoint_ports(ports: &[SlicePort]) -> Vec<EndpointPort> {
             app_protocol: None,
         })
         .collect()
+}
+
+/// The Warning Event on `slice` that reports a refused stale write, from `identity` at `at`.
+pub fn stale_write_event(
+    own: &Own,
+    slice: &EndpointSlice,
+    identity: &str,
+    message: String,
+    at: Timestamp,
+) -> Event {
+    let time = Time(at);
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{}.{:x}", own.slice, at.as_nanosecond())),
+            namespace: Some(own.namespace.clone()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("discovery.k8s.io/v1".into()),
+            kind: Some("EndpointSlice".into()),
+            name: Some(own.slice.clone()),
+            namespace: Some(own.namespace.clone()),
+            uid: slice.metadata.uid.clone(),
+            ..Default::default()
+        },
+        reason: Some("StaleEndpointWriteRefused".into()),
+        message: Some(message),
+        type_: Some("Warning".into()),
+        count: Some(1),
+        first_timestamp: Some(time.clone()),
+        last_timestamp: Some(time),
+        source: Some(EventSource {
+            component: Some("redlock-elector".into()),
+            host: None,
+        }),
+        reporting_component: Some("redlock-elector".into()),
+        reporting_instance: Some(identity.to_string()),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

@@ -111,9 +111,11 @@ pub(super) fn route(
             status_body(404, "NotFound", &format!("{what} not found")),
         )
     };
+    let slices = format!("/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices");
     // No watch streams here (one JSON answer per request): the sidecar then reads its pod every
-    // 2 s instead, as it does behind an API server that refuses watches.
-    if path == pods
+    // 2 s instead, and reads the slice before each write, as it does behind an API server that
+    // refuses watches.
+    if (path == pods || path == slices)
         && method == "GET"
         && query.get("watch").is_some_and(|w| w == "true" || w == "1")
     {
@@ -201,7 +203,6 @@ pub(super) fn route(
             _ => (405, status_body(405, "MethodNotAllowed", method)),
         };
     }
-    let slices = format!("/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices");
     if path == slices || path.starts_with(&format!("{slices}/")) {
         return slice_route(st, method, &path[slices.len()..], body);
     }
