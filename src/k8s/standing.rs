@@ -272,10 +272,10 @@ enum WatchEnd {
 
 /// The server-side bound of one watch request (kube's client allows up to 295 s); the client's
 /// own bound is a little longer, so that a stream stalled without a close still ends.
-const WATCH_TIMEOUT: Duration = Duration::from_secs(240);
+pub(crate) const WATCH_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// How much longer than [`WATCH_TIMEOUT`] the client waits for a watch to end.
-const WATCH_SLACK: Duration = Duration::from_secs(15);
+pub(crate) const WATCH_SLACK: Duration = Duration::from_secs(15);
 
 /// Watch the own pod from `version`, publishing each change, until the watch ends.
 async fn watch_pod(

@@ -22,13 +22,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::k8s::call::{CallError, call};
+use crate::k8s::standing::{WATCH_SLACK, WATCH_TIMEOUT};
 use crate::k8s::{Settings, connect_reading};
 use crate::metrics::Metrics;
 
-/// The server-side bound of one watch request (kube's client allows up to 295 s).
-const WATCH_TIMEOUT: Duration = Duration::from_secs(240);
-/// How much longer the client waits for a watch to end (a stream stalled without a close).
-const WATCH_SLACK: Duration = Duration::from_secs(15);
 /// A watch that ended sooner than this waits as long before the next GET.
 const MIN_WATCH: Duration = Duration::from_secs(1);
 /// The wait before the next GET and watch after a refusal or a failure.
